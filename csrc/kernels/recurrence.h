@@ -1,0 +1,165 @@
+// The cell update of the linear-gap recurrence (SPEC.md §1, MATH.md), shared
+// by the CPU and CUDA kernels so that they cannot drift apart.
+//
+// Soft mode works in base-2 units: every score is pre-multiplied by
+// 1 / (T ln 2), so that softmax_T becomes log2-sum-exp2 and the inner loop has
+// no division and no natural exp/log. Hard mode (T = 0) is plain max-plus in
+// the caller's units. A cell sees its three candidates
+//   v1 = H[i-1,j-1] + S_ij,  v2 = H[i-1,j] + g_ij,  v3 = H[i,j-1] + g_ij
+// and the constant v0 = 0 (a path may start anywhere).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#if defined(__CUDACC__)
+#define SOFTSW_HD __host__ __device__ __forceinline__
+#else
+#define SOFTSW_HD inline
+#endif
+
+namespace softsw {
+
+constexpr double kLn2 = 0.69314718055994530942;
+
+template <typename A> SOFTSW_HD A max_of(A a, A b) { return a > b ? a : b; }
+template <typename A> SOFTSW_HD A min_of(A a, A b) { return a < b ? a : b; }
+
+// exp2 / log2 on the accumulate type. On the GPU, float uses the special
+// function unit directly (ex2.approx / lg2.approx, ~2 ulp): this is the cost
+// that bounds the whole kernel, so no library wrapper around it.
+SOFTSW_HD float exp2_acc(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::exp2(x);
+#endif
+}
+SOFTSW_HD double exp2_acc(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::exp2(x);
+#else
+  return std::exp2(x);
+#endif
+}
+SOFTSW_HD float log2_acc(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::log2(x);
+#endif
+}
+SOFTSW_HD double log2_acc(double x) {
+#if defined(__CUDA_ARCH__)
+  return ::log2(x);
+#else
+  return std::log2(x);
+#endif
+}
+
+template <typename A> SOFTSW_HD bool is_nan(A x) { return x != x; }
+template <typename A> SOFTSW_HD A quiet_nan() { return std::numeric_limits<A>::quiet_NaN(); }
+
+// Transition weights p1, p2, p3 of a cell (p0 = 1 - p1 - p2 - p3 is the
+// "path starts here" weight and is never needed).
+template <typename A>
+struct Weights {
+  A p1, p2, p3;
+};
+
+// Linear-gap cell. HARD selects max-plus (T = 0) over log2-sum-exp2.
+template <typename A, bool HARD>
+struct LinearCell {
+  // H at the cell. A NaN candidate makes H NaN (max alone would drop it);
+  // -inf candidates (forbidden moves) simply contribute nothing.
+  SOFTSW_HD static A value(A v1, A v2, A v3) {
+    A h;
+    if (HARD) {
+      h = max_of(max_of(A(0), v1), max_of(v2, v3));
+    } else {
+      // Order the four candidates just enough to know the largest, m: its
+      // term is 2^0 = 1, so 3 exp2 + 1 log2 per cell instead of 4 + 1.
+      const A a = max_of(A(0), v1), b = min_of(A(0), v1);
+      const A c = max_of(v2, v3), d = min_of(v2, v3);
+      const A m = max_of(a, c), e = min_of(a, c);
+      h = m + log2_acc(A(1) + exp2_acc(b - m) + exp2_acc(d - m) + exp2_acc(e - m));
+    }
+    return is_nan(v1 + v2 + v3) ? quiet_nan<A>() : h;
+  }
+
+  // p_k = d H / d v_k. Soft: 2^(v_k - h). Hard: one-hot on the first maximal
+  // candidate in the order start (v0), match (v1), gap down (v2), gap right
+  // (v3) -- the documented tie order of the traceback.
+  SOFTSW_HD static Weights<A> weights(A h, A v1, A v2, A v3) {
+    Weights<A> w;
+    if (HARD) {
+      const bool start = !(h > A(0));
+      const bool t1 = !start && v1 == h;
+      const bool t2 = !start && !t1 && v2 == h;
+      const bool t3 = !start && !t1 && !t2 && v3 == h;
+      w.p1 = t1 ? A(1) : A(0);
+      w.p2 = t2 ? A(1) : A(0);
+      w.p3 = t3 ? A(1) : A(0);
+    } else {
+      w.p1 = exp2_acc(v1 - h);
+      w.p2 = exp2_acc(v2 - h);
+      w.p3 = exp2_acc(v3 - h);
+    }
+    return w;
+  }
+};
+
+// Online log2-sum-exp2 accumulator for reduction="soft" (kernel units), and
+// the running max with its first (row-major) argmax for reduction="max".
+template <typename A>
+struct SoftTotal {
+  A max = -std::numeric_limits<A>::infinity();
+  A sum = A(0);  // sum of 2^(x - max)
+  SOFTSW_HD void add(A x) {
+    if (x > max) {
+      sum = sum * exp2_acc(max - x) + A(1);
+      max = x;
+    } else {
+      sum += exp2_acc(x - max);
+    }
+    if (is_nan(x)) max = x;
+  }
+  SOFTSW_HD void merge(const SoftTotal& o) {
+    if (is_nan(o.max) || is_nan(max)) { max = is_nan(max) ? max : o.max; return; }
+    if (o.max == -std::numeric_limits<A>::infinity()) return;
+    if (o.max > max) {
+      sum = sum * exp2_acc(max - o.max) + o.sum;
+      max = o.max;
+    } else {
+      sum += o.sum * exp2_acc(o.max - max);
+    }
+  }
+  SOFTSW_HD A value() const { return is_nan(max) ? max : max + log2_acc(sum); }
+};
+
+// Running max and its first argmax. Cells must be offered with increasing
+// row-major index within one accumulator; merge() breaks ties on the index.
+// NaN counts as larger than everything (as torch.max), so it propagates.
+template <typename A>
+struct MaxArg {
+  A best = A(0);          // the boundary zeros are part of the max
+  int64_t index = -1;     // -1: a boundary cell
+  SOFTSW_HD static bool beats(A x, int64_t xi, A y, int64_t yi) {
+    if (is_nan(x)) return !is_nan(y) || xi < yi;
+    if (is_nan(y)) return false;
+    return x > y || (x == y && xi < yi);  // -1 (boundary) ranks first
+  }
+  SOFTSW_HD void add(A x, int64_t i) {
+    if (beats(x, i, best, index)) { best = x; index = i; }
+  }
+  SOFTSW_HD void merge(const MaxArg& o) {
+    if (beats(o.best, o.index, best, index)) { best = o.best; index = o.index; }
+  }
+};
+
+}  // namespace softsw

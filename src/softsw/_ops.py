@@ -1,0 +1,147 @@
+"""Fake (meta) kernels and autograd for the ops that ``softsw._C`` registers.
+
+The C++ side (csrc/bindings.cpp) defines the schemas and the CPU/CUDA kernels;
+this module makes the ops traceable (torch.compile, fake tensors) and
+differentiable twice:
+
+* ``softsw::forward``  -> (score, hidden, argmax, total); its backward is
+  ``softsw::backward``, which reads the saved ``hidden`` state.
+* ``softsw::backward`` -> (grad_scores, grad_gap_open, grad_gap_extend); its
+  backward is ``softsw::double_backward`` (a Hessian-vector product). It
+  returns the full derivative with respect to ``scores`` and none for
+  ``hidden``: ``hidden`` is a function of ``scores``, and the forward's
+  autograd drops the gradient of ``hidden`` accordingly (MATH.md).
+* ``softsw::align`` is the user-facing op; its body is CompositeImplicitAutograd
+  (``softsw.api._align``), so it differentiates through ``forward``.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _C  # noqa: F401  (loads the library: schemas and kernels)
+
+_REDUCTIONS = {"max": 0, "soft": 1}
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def hidden_elements(batch: int, rows: int, cols: int, affine: bool) -> int:
+    # Keep in sync with softsw::hidden_elements (csrc/kernels/problem.h).
+    return (3 if affine else 1) * batch * rows * cols
+
+
+# --------------------------------------------------------------------------
+# Fake kernels: shapes and dtypes only.
+# --------------------------------------------------------------------------
+
+
+@torch.library.register_fake("softsw::forward")
+def _forward_fake(scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+                  temperature, lengths, reduction, keep_hidden):
+    batch, rows, cols = scores.shape
+    acc = accumulate_dtype(scores.dtype)
+    n_hidden = hidden_elements(batch, rows, cols, affine) if keep_hidden else 0
+    return (
+        scores.new_empty((batch,)),
+        scores.new_empty((n_hidden,), dtype=acc),
+        scores.new_empty((batch,), dtype=torch.int64),
+        scores.new_empty((batch,), dtype=acc),
+    )
+
+
+def _maybe_like(wanted: bool, scores):
+    return scores.new_empty(scores.shape if wanted else (0,))
+
+
+@torch.library.register_fake("softsw::backward")
+def _backward_fake(grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+                   affine, temperature, lengths, reduction, hidden, argmax, total):
+    return (
+        scores.new_empty(scores.shape),
+        _maybe_like(gap_open is not None, scores),
+        _maybe_like(affine and gap_extend is not None, scores),
+    )
+
+
+@torch.library.register_fake("softsw::double_backward")
+def _double_backward_fake(grad_grad_scores, grad_grad_gap_open, grad_grad_gap_extend, grad_score,
+                          scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+                          temperature, lengths, reduction, hidden, argmax, total):
+    return (
+        scores.new_empty((scores.shape[0],)),
+        scores.new_empty(scores.shape),
+        _maybe_like(gap_open is not None, scores),
+        _maybe_like(affine and gap_extend is not None, scores),
+    )
+
+
+# --------------------------------------------------------------------------
+# Autograd.
+# --------------------------------------------------------------------------
+
+
+def _forward_setup_context(ctx, inputs, output):
+    (scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine, temperature, lengths,
+     reduction, keep_hidden) = inputs
+    _, hidden, argmax, total = output
+    ctx.keep_hidden = keep_hidden
+    ctx.has_gap_open = gap_open is not None
+    ctx.has_gap_extend = gap_extend is not None
+    ctx.has_lengths = lengths is not None
+    ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
+    ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
+
+
+def _forward_backward(ctx, grad_score, _grad_hidden, _grad_argmax, _grad_total):
+    if not ctx.keep_hidden:
+        raise RuntimeError(
+            "softsw: this forward was called with keep_hidden=False, so it kept nothing "
+            "to differentiate; call softsw.align (or forward with keep_hidden=True)")
+    scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
+    gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
+    grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
+        grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+        affine, temperature, lengths, reduction, hidden, argmax, total)
+    return (
+        grad_scores,
+        grad_open if ctx.has_gap_open else None,
+        grad_extend if (affine and ctx.has_gap_extend) else None,
+        None, None, None, None, None, None, None,
+    )
+
+
+torch.library.register_autograd(
+    "softsw::forward", _forward_backward, setup_context=_forward_setup_context)
+
+
+def _backward_setup_context(ctx, inputs, output):
+    (grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+     temperature, lengths, reduction, hidden, argmax, total) = inputs
+    ctx.has_gap_open = gap_open is not None
+    ctx.has_gap_extend = affine and gap_extend is not None
+    ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
+    ctx.save_for_backward(grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax,
+                          total)
+
+
+def _backward_backward(ctx, gg_scores, gg_open, gg_extend):
+    grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
+    gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
+    gg_open = gg_open if ctx.has_gap_open else None
+    gg_extend = gg_extend if ctx.has_gap_extend else None
+    ggs, hvp_scores, hvp_open, hvp_extend = torch.ops.softsw.double_backward(
+        gg_scores, gg_open, gg_extend, grad_score, scores, gap_open, gap_extend, gap_open_value,
+        gap_extend_value, affine, temperature, lengths, reduction, hidden, argmax, total)
+    return (
+        ggs,
+        hvp_scores,
+        hvp_open if ctx.has_gap_open else None,
+        hvp_extend if ctx.has_gap_extend else None,
+        None, None, None, None, None, None, None, None, None,
+    )
+
+
+torch.library.register_autograd(
+    "softsw::backward", _backward_backward, setup_context=_backward_setup_context)

@@ -1,0 +1,257 @@
+"""The Python surface of softsw: ``align``, ``alignment`` and ``SoftSmithWaterman``.
+
+Semantics (the short version of SPEC.md): for one pair with a score matrix
+``S`` (M, N), DP cells ``1 <= i <= m``, ``1 <= j <= n`` hold the soft-max
+(temperature ``T``; the plain max when ``T == 0``) over every local alignment
+path that ends there::
+
+    H[i,j] = softmax_T(0, H[i-1,j-1] + S[i-1,j-1], H[i-1,j] + g, H[i,j-1] + g)
+
+with ``softmax_T(x) = T * log(sum(exp(x / T)))`` and ``H = 0`` on the border.
+``reduction="max"`` scores the pair by the largest ``H`` (border zeros
+included); ``reduction="soft"`` by ``softmax_T`` over all interior cells. The
+gradient with respect to ``S`` is the expected alignment: the probability,
+under the Gibbs distribution over paths, that query position ``i`` is matched
+with target position ``j`` (the optimal path itself when ``T == 0``).
+With ``gap_extend`` given, gaps are affine: opening a gap scores ``gap_open``
+and each further step ``gap_extend`` (SPEC.md §1, three states).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _ops
+
+GapScore = Union[float, torch.Tensor]
+
+__all__ = ["align", "alignment", "SoftSmithWaterman"]
+
+
+# --------------------------------------------------------------------------
+# Argument checking: every rejected input names the argument.
+# --------------------------------------------------------------------------
+
+
+def _check_scores(scores) -> None:
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"softsw: `scores` must be a torch.Tensor, got {type(scores).__name__}")
+    if scores.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(
+            "softsw: `scores` must be float16, bfloat16, float32 or float64, "
+            f"got {scores.dtype}")
+    if scores.dim() not in (2, 3):
+        raise ValueError(
+            f"softsw: `scores` must have shape (B, M, N) or (M, N), got {tuple(scores.shape)}")
+    if scores.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"softsw: `scores` must be on a CPU or CUDA device, got {scores.device}")
+
+
+def _check_temperature(temperature) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(
+            "softsw: `temperature` must be a Python number >= 0, "
+            f"got {type(temperature).__name__}")
+    t = float(temperature)
+    if not (t >= 0.0) or math.isinf(t):
+        raise ValueError(f"softsw: `temperature` must be finite and >= 0, got {temperature}")
+    return t
+
+
+def _check_reduction(reduction) -> int:
+    if reduction not in _ops._REDUCTIONS:
+        raise ValueError(f"softsw: `reduction` must be 'max' or 'soft', got {reduction!r}")
+    return _ops._REDUCTIONS[reduction]
+
+
+def _gap_argument(gap, name: str, scores: torch.Tensor) -> Tuple[Optional[torch.Tensor], float]:
+    """(tensor expanded to (B, M, N) or None, float value)."""
+    batch, rows, cols = scores.shape
+    if isinstance(gap, torch.Tensor):
+        if gap.dtype.is_complex or not gap.dtype.is_floating_point:
+            raise TypeError(f"softsw: `{name}` must be a float or a floating-point tensor, "
+                            f"got {gap.dtype}")
+        if gap.device != scores.device:
+            raise ValueError(f"softsw: `{name}` is on {gap.device} but `scores` is on "
+                             f"{scores.device}")
+        g = gap.to(scores.dtype)
+        if g.dim() == 1:
+            if g.shape[0] != batch:
+                raise ValueError(f"softsw: a 1-D `{name}` gives one score per pair and must "
+                                 f"have shape (B,) = ({batch},), got {tuple(gap.shape)}")
+            g = g.view(batch, 1, 1)
+        try:
+            g = g.expand(batch, rows, cols)
+        except RuntimeError:
+            raise ValueError(f"softsw: `{name}` of shape {tuple(gap.shape)} does not broadcast "
+                             f"to (B, M, N) = ({batch}, {rows}, {cols})") from None
+        return g, 0.0
+    if isinstance(gap, bool) or not isinstance(gap, numbers.Real):
+        raise TypeError(f"softsw: `{name}` must be a float or a tensor, got {type(gap).__name__}")
+    value = float(gap)
+    if math.isnan(value) or value == math.inf:
+        raise ValueError(f"softsw: `{name}` must be a finite number (or -inf), got {gap}")
+    return None, value
+
+
+def _eager() -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def _lengths_argument(lengths, scores: torch.Tensor) -> Optional[torch.Tensor]:
+    if lengths is None:
+        return None
+    batch, rows, cols = scores.shape
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(
+            f"softsw: `lengths` must be None or an integer tensor, got {type(lengths).__name__}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"softsw: `lengths` must be an integer tensor, got {lengths.dtype}")
+    if lengths.shape != (batch, 2):
+        raise ValueError(f"softsw: `lengths` must have shape (B, 2) = ({batch}, 2), "
+                         f"got {tuple(lengths.shape)}")
+    if lengths.device != scores.device:
+        raise ValueError(f"softsw: `lengths` is on {lengths.device} but `scores` is on "
+                         f"{scores.device}")
+    lengths = lengths.to(torch.int64)
+    # A value check reads the tensor (a host sync on CUDA); skipped while tracing
+    # or capturing a graph, where the kernels treat an out-of-range pair as
+    # invalid (NaN score) rather than read outside it.
+    if _eager() and lengths.numel() > 0:
+        bounds = torch.tensor([rows, cols], device=lengths.device)
+        if bool(((lengths < 0) | (lengths > bounds)).any()):
+            raise ValueError(f"softsw: `lengths` must satisfy 0 <= m <= M = {rows} and "
+                             f"0 <= n <= N = {cols}")
+    return lengths
+
+
+def _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction):
+    _check_scores(scores)
+    temperature = _check_temperature(temperature)
+    reduction_code = _check_reduction(reduction)
+    squeeze = scores.dim() == 2
+    s = scores.unsqueeze(0) if squeeze else scores
+    open_t, open_v = _gap_argument(gap_open, "gap_open", s)
+    if gap_extend is None:
+        affine, extend_t, extend_v = False, None, open_v
+    else:
+        extend_t, extend_v = _gap_argument(gap_extend, "gap_extend", s)
+        # Equal float scores are linear gaps: the faster one-state recurrence.
+        affine = not (open_t is None and extend_t is None and extend_v == open_v)
+        if not affine:
+            extend_v = open_v
+    if lengths is not None and squeeze:
+        raise ValueError("softsw: `lengths` needs batched `scores` of shape (B, M, N)")
+    lengths = _lengths_argument(lengths, s)
+    return (s, open_t, extend_t, open_v, extend_v, affine, temperature, lengths,
+            reduction_code), squeeze
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors)
+
+
+# --------------------------------------------------------------------------
+# Public functions.
+# --------------------------------------------------------------------------
+
+
+def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
+          gap_extend: Optional[GapScore] = None, lengths: Optional[torch.Tensor] = None,
+          reduction: str = "max") -> torch.Tensor:
+    """Soft (or hard) Smith-Waterman local alignment score of each pair.
+
+    Args:
+        scores: ``(B, M, N)`` or ``(M, N)`` substitution scores, ``scores[b, i, j]``
+            for aligning query position ``i`` with target position ``j``.
+            float16/bfloat16 (accumulated in float32), float32 or float64; CPU or
+            CUDA; any strides.
+        gap_open: score *added* for a gap move (negative penalises). A float, or
+            a tensor broadcastable to ``(B, M, N)`` (``(B,)`` means one per pair);
+            entry ``[b, i-1, j-1]`` scores a gap move ending at DP cell ``(i, j)``.
+            Tensor gap scores receive gradients.
+        temperature: ``T >= 0``. ``0`` is hard Smith-Waterman (exact max).
+        gap_extend: ``None`` for linear gaps; otherwise the score of each gap
+            step after the first (affine gaps), a float or tensor like ``gap_open``.
+        lengths: ``None`` or an integer ``(B, 2)`` tensor of true lengths
+            ``[m_b, n_b]``; pairs are padded at the end and padding never matters.
+        reduction: ``"max"`` (best local alignment: max over cells) or ``"soft"``
+            (``softmax_T`` over all interior cells).
+
+    Returns:
+        ``(B,)`` scores (0-d for 2-D input), in the dtype of ``scores``. Its
+        gradient with respect to ``scores`` is the expected alignment matrix;
+        double backward is supported.
+    """
+    args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
+    keep = _needs_grad(args[0], args[1], args[2])
+    score = torch.ops.softsw.forward(*args, keep)[0]
+    return score.squeeze(0) if squeeze else score
+
+
+def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
+              gap_extend: Optional[GapScore] = None, lengths: Optional[torch.Tensor] = None,
+              reduction: str = "max") -> Tuple[torch.Tensor, torch.Tensor]:
+    """The score and the expected alignment ``d score / d scores`` of each pair.
+
+    Same arguments as :func:`align`. Returns ``(score, expected_alignment)``:
+    ``expected_alignment[b, i, j]`` is the posterior probability that query
+    position ``i`` is matched with target position ``j`` (for ``temperature=0``
+    the 0/1 matrix of the optimal alignment path, ties broken by preferring, at
+    each cell, a path that starts there, then a match, then a gap down, then a
+    gap right). Zero outside each pair's ``lengths``. Both outputs are
+    differentiable (the alignment through a Hessian-vector product), so a loss
+    on the soft alignment itself can be trained.
+    """
+    args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
+    score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
+    ones = torch.ones_like(score)
+    expected = torch.ops.softsw.backward(ones, *args, hidden, argmax, total)[0]
+    if squeeze:
+        return score.squeeze(0), expected.squeeze(0)
+    return score, expected
+
+
+def _align_op(scores, gap_open=-1.0, temperature=1.0, lengths=None, reduction="max",
+              gap_extend=None):
+    # Body of torch.ops.softsw.align (CompositeImplicitAutograd).
+    return align(scores, gap_open, temperature, gap_extend=gap_extend, lengths=lengths,
+                 reduction=reduction)
+
+
+torch.library.impl("softsw::align", "CompositeImplicitAutograd")(_align_op)
+
+
+class SoftSmithWaterman(torch.nn.Module):
+    """Module form of :func:`align` with fixed gap scores and temperature.
+
+    ``SoftSmithWaterman(gap_open, temperature)(S)`` returns, for ``S`` of shape
+    ``(B, M, N)``, the ``(B,)`` best-cell score of the linear-gap soft
+    Smith-Waterman recurrence. Gap scores given as tensors (e.g.
+    ``nn.Parameter``) are learned.
+    """
+
+    def __init__(self, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
+                 gap_extend: Optional[GapScore] = None, reduction: str = "max"):
+        super().__init__()
+        _check_temperature(temperature)
+        _check_reduction(reduction)
+        self.gap_open = gap_open
+        self.gap_extend = gap_extend
+        self.temperature = temperature
+        self.reduction = reduction
+
+    def forward(self, scores: torch.Tensor, lengths: Optional[torch.Tensor] = None
+                ) -> torch.Tensor:
+        return align(scores, self.gap_open, self.temperature, gap_extend=self.gap_extend,
+                     lengths=lengths, reduction=self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"gap_open={self.gap_open}, temperature={self.temperature}, "
+                f"gap_extend={self.gap_extend}, reduction={self.reduction!r}")
