@@ -1,64 +1,237 @@
 """Build softsw._C: the stable-ABI (abi3) extension with the CPU and CUDA kernels.
 
-The CUDA kernels are compiled whenever a CUDA toolkit is found (CUDA_HOME or
-/usr/local/cuda), whether or not this machine has a GPU; SOFTSW_CPU_ONLY=1
-forces a CPU-only build.
+What gets built
+  * CUDA kernels (every csrc/kernels/*.cu, -DUSE_CUDA -DSOFTSW_WITH_CUDA) whenever a
+    CUDA toolkit is found (CUDA_HOME, nvcc on PATH or /usr/local/cuda: torch's
+    CUDA_HOME) *and* the torch we build against is a CUDA build. Whether this
+    machine has a GPU is never asked: wheel builders have none.
+  * Otherwise a CPU-only extension. SOFTSW_CPU_ONLY=1 forces it.
+
+Environment
+  SOFTSW_CPU_ONLY=1        build without the CUDA kernels.
+  SOFTSW_REQUIRE_CUDA=1    fail instead of falling back to a CPU-only build (CI, wheels).
+  TORCH_CUDA_ARCH_LIST     e.g. "9.0" or "8.0;9.0+PTX"; unset: DEFAULT_ARCH_LISTS below
+                           for the toolkit found (sm_80 and up, PTX for the newest).
+  SOFTSW_LOCAL_VERSION     a PEP 440 local tag ("cu126", "cpu", or "auto" for the one
+                           this build implies) appended as 0.1.0+cu126. PyPI refuses
+                           local versions: release builds for PyPI leave it unset.
+  SOFTSW_PTXAS_VERBOSE=1   print register/shared-memory use of every kernel.
+  MAX_JOBS                 parallel compile jobs (ninja).
+
+The base version lives in one place, `__version__` in src/softsw/__init__.py. The
+build writes softsw/_build_info.py (never committed) next to _C: what `softsw.build_info()`
+and `python -m softsw.info` report.
 """
+from __future__ import annotations
+
 import os
+import re
+import subprocess
 from pathlib import Path
 
+import torch
 from setuptools import find_packages, setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-ROOT = Path(__file__).parent
+ROOT = Path(__file__).parent.resolve()
+PACKAGE = "softsw"
+
 # torch >= 2.10: the oldest LibTorch whose stable ABI this binary may call.
-TORCH_TARGET_VERSION = "0x020a000000000000"
-# CPython >= 3.10 (abi3).
+STABLE_ABI_TARGET = (2, 10)
+TORCH_TARGET_VERSION = f"0x{STABLE_ABI_TARGET[0]:02x}{STABLE_ABI_TARGET[1]:02x}000000000000"
+# CPython >= 3.10 (abi3); must agree with the bdist_wheel tag below.
 PY_LIMITED_API = "0x030A0000"
+PY_LIMITED_TAG = "cp310"
+
+# TORCH_CUDA_ARCH_LIST when unset, by toolkit (major, minor): sm_80 and up, each major
+# family once (sm_80 SASS also runs on 8.6/8.9 cards, sm_86 is kept for its own tuning),
+# and PTX for the newest so that later GPUs can JIT it. Keep in step with the matrix of
+# .github/workflows/wheels.yml and docs/building-wheels.md.
+DEFAULT_ARCH_LISTS = [
+    ((13, 0), "8.0;8.6;9.0;10.0;11.0;12.0+PTX"),
+    ((12, 8), "8.0;8.6;9.0;10.0;12.0+PTX"),
+    ((11, 8), "8.0;8.6;9.0+PTX"),
+]
 
 
-def want_cuda():
-    if os.environ.get("SOFTSW_CPU_ONLY", "0") == "1":
-        return False
-    return CUDA_HOME is not None
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def base_version() -> str:
+    text = (ROOT / "src" / PACKAGE / "__init__.py").read_text(encoding="utf-8")
+    match = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
+    if not match:
+        raise RuntimeError("setup.py: no __version__ = \"...\" in src/softsw/__init__.py")
+    return match.group(1)
+
+
+def nvcc_version() -> tuple[int, int] | None:
+    if CUDA_HOME is None:
+        return None
+    nvcc = Path(CUDA_HOME) / "bin" / "nvcc"
+    if not nvcc.exists():
+        return None
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def decide_cuda() -> tuple[bool, tuple[int, int] | None, str]:
+    """(build CUDA kernels?, toolkit version, why)."""
+    if env_flag("SOFTSW_CPU_ONLY"):
+        return False, None, "SOFTSW_CPU_ONLY=1"
+    toolkit = nvcc_version()
+    if toolkit is None:
+        why = ("no CUDA toolkit found (set CUDA_HOME, put nvcc on PATH or install to "
+               "/usr/local/cuda)" if CUDA_HOME is None else f"no nvcc in CUDA_HOME={CUDA_HOME}")
+        return False, None, why
+    if torch.version.cuda is None:
+        return False, toolkit, f"torch {torch.__version__} is not a CUDA build"
+    return True, toolkit, f"CUDA toolkit {toolkit[0]}.{toolkit[1]} at {CUDA_HOME}"
+
+
+WITH_CUDA, CUDA_TOOLKIT, CUDA_REASON = decide_cuda()
+if not WITH_CUDA and env_flag("SOFTSW_REQUIRE_CUDA"):
+    raise SystemExit(f"setup.py: SOFTSW_REQUIRE_CUDA=1 but the CUDA kernels cannot be built: "
+                     f"{CUDA_REASON}")
+print(f"softsw setup: {'CUDA + CPU' if WITH_CUDA else 'CPU-only'} build ({CUDA_REASON})")
+
+
+def cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST as given, or our default for this toolkit (then exported,
+    since torch.utils.cpp_extension reads it from the environment)."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if given and given != "native":
+        return given
+    for minimum, archs in DEFAULT_ARCH_LISTS:
+        if CUDA_TOOLKIT >= minimum:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = archs
+            return archs
+    raise SystemExit(f"setup.py: CUDA {CUDA_TOOLKIT} is older than 11.8; set TORCH_CUDA_ARCH_LIST")
+
+
+def compiled_archs() -> tuple[list[str], list[str]]:
+    """(SASS targets like "sm_90", PTX targets like "compute_120"), as torch will pass them
+    to nvcc for the current TORCH_CUDA_ARCH_LIST."""
+    from torch.utils.cpp_extension import _get_cuda_arch_flags  # private but long-lived
+
+    sass, ptx = set(), set()
+    for flag in _get_cuda_arch_flags():
+        match = re.search(r"code=(sm|compute)_(\d+[a-z]?)", flag)
+        if match:
+            (sass if match.group(1) == "sm" else ptx).add(f"{match.group(1)}_{match.group(2)}")
+
+    def key(name: str):
+        digits = re.match(r"\D+_(\d+)", name).group(1)
+        return int(digits), name
+
+    return sorted(sass, key=key), sorted(ptx, key=key)
+
+
+def local_version_label() -> str:
+    label = os.environ.get("SOFTSW_LOCAL_VERSION", "").strip().lower()
+    if label == "auto":
+        label = f"cu{CUDA_TOOLKIT[0]}{CUDA_TOOLKIT[1]}" if WITH_CUDA else "cpu"
+    if label and not re.fullmatch(r"[a-z0-9]+(?:[._][a-z0-9]+)*", label):
+        raise SystemExit(f"setup.py: SOFTSW_LOCAL_VERSION={label!r} is not a PEP 440 local label")
+    return label
+
+
+def package_version() -> str:
+    label = local_version_label()
+    return f"{base_version()}+{label}" if label else base_version()
+
+
+VERSION = package_version()
 
 
 def extension():
-    with_cuda = want_cuda()
     sources = ["csrc/bindings.cpp", "csrc/kernels/cpu.cpp"]
     defines = [
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         f"-DPy_LIMITED_API={PY_LIMITED_API}",
     ]
+    # torch >= 2.13 headers need C++20.
     cxx = ["-O3", "-std=c++20", "-fvisibility=hidden"] + defines
-    if not with_cuda:
+    if not WITH_CUDA:
         return CppExtension(
-            "softsw._C",
+            f"{PACKAGE}._C",
             sources,
             extra_compile_args={"cxx": cxx},
             py_limited_api=True,
         )
-    sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
+    cuda_sources = sorted(p.relative_to(ROOT).as_posix()
+                          for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
     cuda_defines = ["-DSOFTSW_WITH_CUDA", "-DUSE_CUDA"]
     nvcc = [
         "-O3",
         "-std=c++20",
         "--expt-relaxed-constexpr",
         "-lineinfo",
-        "-Xptxas=-v" if os.environ.get("SOFTSW_PTXAS_VERBOSE") == "1" else "",
     ] + defines + cuda_defines
+    if env_flag("SOFTSW_PTXAS_VERBOSE"):
+        nvcc.append("-Xptxas=-v")
     return CUDAExtension(
-        "softsw._C",
-        sources,
-        extra_compile_args={"cxx": cxx + cuda_defines, "nvcc": [a for a in nvcc if a]},
+        f"{PACKAGE}._C",
+        sources + cuda_sources,
+        extra_compile_args={"cxx": cxx + cuda_defines, "nvcc": nvcc},
         py_limited_api=True,
     )
 
 
+if WITH_CUDA:
+    ARCH_LIST = cuda_arch_list()
+    print(f"softsw setup: TORCH_CUDA_ARCH_LIST={ARCH_LIST}")
+
+
+def build_info() -> dict:
+    info = {
+        "version": VERSION,
+        "torch_version": torch.__version__,
+        "torch_cuda_version": torch.version.cuda,
+        "stable_abi_target": f"{STABLE_ABI_TARGET[0]}.{STABLE_ABI_TARGET[1]}",
+        "python_limited_api": PY_LIMITED_TAG,
+        "cuda_kernels": WITH_CUDA,
+        "cuda_version": f"{CUDA_TOOLKIT[0]}.{CUDA_TOOLKIT[1]}" if WITH_CUDA else None,
+        "cuda_arch_list": ARCH_LIST if WITH_CUDA else None,
+        "cuda_sass_archs": [],
+        "cuda_ptx_archs": [],
+    }
+    if WITH_CUDA:
+        info["cuda_sass_archs"], info["cuda_ptx_archs"] = compiled_archs()
+    return info
+
+
+BUILD_INFO_TEMPLATE = '''\
+# Generated by setup.py when softsw._C was built; do not edit, do not commit.
+# softsw.build_info() and `python -m softsw.info` report it.
+BUILD_INFO = {info!r}
+'''
+
+
+class BuildExt(BuildExtension):
+    """torch's BuildExtension, plus softsw/_build_info.py written beside _C: into the build
+    tree (wheels) and, for in-place and editable builds, into src/softsw."""
+
+    def run(self):
+        super().run()
+        text = BUILD_INFO_TEMPLATE.format(info=build_info())
+        targets = [Path(self.build_lib) / PACKAGE / "_build_info.py"]
+        if self.inplace or getattr(self, "editable_mode", False):
+            targets.append(ROOT / "src" / PACKAGE / "_build_info.py")
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            print(f"softsw setup: wrote {target}")
+
+
 setup(
+    version=VERSION,
     packages=find_packages("src"),
     package_dir={"": "src"},
+    package_data={PACKAGE: ["data/*", "data/**/*", "py.typed"]},
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExtension},
-    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+    cmdclass={"build_ext": BuildExt},
+    options={"bdist_wheel": {"py_limited_api": PY_LIMITED_TAG}},
 )

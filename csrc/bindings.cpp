@@ -124,6 +124,11 @@ Tensor new_tensor(const Tensor& like, std::vector<int64_t> shape, ScalarType dty
 }
 
 #ifdef SOFTSW_WITH_CUDA
+void* cuda_workspace(const Problem& p, const Tensor& scores, std::optional<Tensor>& holder) {
+  holder = new_tensor(scores, {cuda_workspace_bytes(p)}, ScalarType::Byte);
+  return holder->data_ptr();
+}
+
 void* current_stream(const Tensor& t) {
   void* stream = nullptr;
   STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream) ==
@@ -168,7 +173,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward(
 #ifdef SOFTSW_WITH_CUDA
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
-    forward_cuda(p, out, current_stream(scores));
+    std::optional<Tensor> workspace;
+    forward_cuda(p, out, cuda_workspace(p, scores, workspace), current_stream(scores));
     return {score, hidden, argmax, total};
   }
 #endif
@@ -247,7 +253,8 @@ std::tuple<Tensor, Tensor, Tensor> backward(
 #ifdef SOFTSW_WITH_CUDA
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
-    backward_cuda(p, b, current_stream(scores));
+    std::optional<Tensor> workspace;
+    backward_cuda(p, b, cuda_workspace(p, scores, workspace), current_stream(scores));
     return {grad_scores, grad_open, grad_extend};
   }
 #endif
@@ -289,7 +296,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> double_backward(
 #ifdef SOFTSW_WITH_CUDA
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
-    double_backward_cuda(p, d, current_stream(scores));
+    std::optional<Tensor> workspace;
+    double_backward_cuda(p, d, cuda_workspace(p, scores, workspace), current_stream(scores));
     return {grad_grad_score, hvp_scores, hvp_open, hvp_extend};
   }
 #endif

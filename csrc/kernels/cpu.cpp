@@ -1,8 +1,881 @@
-// Placeholder: replaced by the CPU kernels.
+// CPU kernels of softsw (SPEC.md, MATH.md): forward, backward and the
+// Hessian-vector product (double backward) of the soft (T > 0) and hard
+// (T = 0) Smith-Waterman recurrence, linear and affine gaps, every dtype.
+// Torch-free C++20; parallel over the batch with std::thread.
+//
+// Units. Soft mode runs in base-2 units pre-scaled by beta = 1 / (T ln 2)
+// (recurrence.h): `hidden` and `total` hold values in those units. Adjoints E
+// are unit-free; tangents (MATH.md's Hdot) are kept in the caller's units, so
+// the tangent of a weight is p * (vdot - hdot) / T. Hard mode is max-plus in
+// the caller's units (beta = 1). A temperature so small that 1 / (T ln 2)
+// overflows the accumulate type runs as hard.
+//
+// Hidden layout (accumulate type, padded extents M, N):
+//   linear: H[b][i-1][j-1]                                      B*M*N
+//   affine: [b][plane][i-1][j-1], plane 0 = C, 1 = U, 2 = L      3*B*M*N
+// Cells outside a pair's (m, n) hold 0. The backward passes recompute
+// D = C[i-1,j-1] + S, A = softmax_T(0, D, L) (the C' that U[i+1,j] opens from)
+// and B = softmax_T(0, D, U) (the C' that L[i,j+1] opens from) from C, U, L,
+// with the same arithmetic as the forward, so hard-mode ties are bit-exact.
+//
+// Hard-mode (T = 0) ties: one-hot on the first maximal candidate of a node,
+//   linear cell, and the C node: start, match (D), gap down (U), gap right (L)
+//   A = softmax(0, D, L): start, D, L;   B = softmax(0, D, U): start, D, U
+//   U and L: open before extend.
+// The gradient of T = 0 is therefore the traceback of one optimal path.
+//
+// Reductions. "max": the score is the largest cell (boundary zeros
+// included); the adjoint is seeded at the argmax cell (first in row-major
+// order), nothing when the max is a boundary 0. "soft" with T = 0 equals
+// "max": the forward still reports argmax = -1 (problem.h), and the backward
+// passes find the argmax again in `hidden`. Since an adjoint only flows up and
+// left, a "max" backward only visits the rectangle above-left of the argmax.
+//
+// Bad or special input. A pair whose lengths are outside [0, M] x [0, N] gets
+// a NaN score and total, argmax -1, hidden 0 and NaN in every gradient entry
+// of that pair; nothing outside the arrays is read. NaN in a pair's scores
+// makes its score NaN ("max": the first NaN cell is the argmax) and never
+// touches another pair. An empty pair scores 0 with zero gradients.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include "problem.h"
-#include <stdexcept>
+#include "recurrence.h"
+
 namespace softsw {
-void forward_cpu(const Problem&, const ForwardOutputs&) { throw std::runtime_error("softsw: CPU forward not built yet"); }
-void backward_cpu(const Problem&, const BackwardArgs&) { throw std::runtime_error("softsw: CPU backward not built yet"); }
-void double_backward_cpu(const Problem&, const DoubleBackwardArgs&) { throw std::runtime_error("not yet"); }
+namespace {
+
+// ---------------------------------------------------------------------------
+// Element types. Half types are converted by hand (no torch headers here),
+// round-to-nearest-even, NaN kept quiet.
+// ---------------------------------------------------------------------------
+
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float f = static_cast<float>(mant) * 0x1p-24f;  // zero or subnormal
+    return sign ? -f : f;
+  }
+  const uint32_t bits = exp == 31 ? sign | 0x7f800000u | (mant << 13)
+                                  : sign | ((exp + 112u) << 23) | (mant << 13);
+  return std::bit_cast<float>(bits);
 }
+
+inline uint16_t float_to_half(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u)  // inf or NaN (quiet)
+    return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | (ax >> 13) : 0u));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (ax < 0x38800000u) {
+    // Below the smallest normal half: adding 0.5 rounds to a multiple of
+    // 2^-24 (the subnormal step) in the float unit, round-to-nearest-even.
+    const float t = std::bit_cast<float>(ax) + 0.5f;
+    return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(t) - 0x3f000000u));
+  }
+  const uint32_t odd = (ax >> 13) & 1u;
+  ax += 0xc8000fffu + odd;  // rebias the exponent by (15 - 127) << 23, round
+  return static_cast<uint16_t>(sign | (ax >> 13));
+}
+
+inline float bf16_to_float(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+template <typename T> struct Io;
+template <> struct Io<float> {
+  using Acc = float;
+  static float load(float x) { return x; }
+  static float store(float v) { return v; }
+};
+template <> struct Io<double> {
+  using Acc = double;
+  static double load(double x) { return x; }
+  static double store(double v) { return v; }
+};
+template <> struct Io<Half> {
+  using Acc = float;
+  static float load(Half x) { return half_to_float(x.bits); }
+  static Half store(float v) { return Half{float_to_half(v)}; }
+};
+template <> struct Io<BFloat16> {
+  using Acc = float;
+  static float load(BFloat16 x) { return bf16_to_float(x.bits); }
+  static BFloat16 store(float v) { return BFloat16{float_to_bf16(v)}; }
+};
+
+template <typename T> using Acc = typename Io<T>::Acc;
+template <typename T> inline Acc<T> ld(const T* p, int64_t k) { return Io<T>::load(p[k]); }
+template <typename T> inline void st(T* p, int64_t k, Acc<T> v) { p[k] = Io<T>::store(v); }
+template <typename A> constexpr A kInf = std::numeric_limits<A>::infinity();
+
+// Every entry of an (M, N) output outside the top-left (mr, nr) block.
+template <typename T>
+void fill_outside(T* out, int64_t M, int64_t N, int64_t mr, int64_t nr, Acc<T> value) {
+  if (out == nullptr) return;
+  const T v = Io<T>::store(value);
+  for (int64_t r = 0; r < M; ++r) std::fill(out + r * N + (r < mr ? nr : 0), out + (r + 1) * N, v);
+}
+
+// ---------------------------------------------------------------------------
+// Batch parallelism: pairs are handed out dynamically to std::threads, each
+// with its own scratch buffers. An exception in a worker (bad_alloc) is
+// rethrown on the calling thread.
+// ---------------------------------------------------------------------------
+
+template <typename A>
+struct Scratch {
+  std::vector<A> buf[24];
+  A* get(int k, int64_t n) {
+    if (static_cast<int64_t>(buf[k].size()) < n) buf[k].resize(static_cast<size_t>(n));
+    return buf[k].data();
+  }
+};
+
+int thread_count(int64_t items, double work) {
+  static const int hw = [] {
+    int n = static_cast<int>(std::thread::hardware_concurrency());
+    if (const char* env = std::getenv("SOFTSW_NUM_THREADS")) {
+      const int e = std::atoi(env);
+      if (e > 0) n = e;
+    }
+    return std::max(n, 1);
+  }();
+  const double per_thread = 1 << 15;  // below ~32k cells a thread costs more than it saves
+  const int64_t by_work = static_cast<int64_t>(work / per_thread) + 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({hw, items, by_work})));
+}
+
+template <typename Work, typename Body>
+void parallel_for(int64_t items, double work, Body&& body) {
+  if (items <= 0) return;
+  const int nt = thread_count(items, work);
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto worker = [&] {
+    try {
+      Work scratch;
+      for (int64_t k; (k = next.fetch_add(1)) < items;) body(k, scratch);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+      next.store(items);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < nt; ++t) {
+    try {
+      threads.emplace_back(worker);
+    } catch (...) {
+      break;  // no more threads: the others do the work
+    }
+  }
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// ---------------------------------------------------------------------------
+// One pair's view of the problem, in kernel units.
+// ---------------------------------------------------------------------------
+
+template <typename T>
+struct GapView {
+  using A = Acc<T>;
+  const T* data = nullptr;  // the pair's slice, or nullptr: `value`
+  int64_t si = 0, sj = 0;
+  A value = 0, beta = 1;
+  A at(int64_t i, int64_t j) const {  // gap move ending at DP cell (i, j), 1-based
+    return data ? ld(data, (i - 1) * si + (j - 1) * sj) * beta : value;
+  }
+};
+
+template <typename T>
+struct PairView {
+  using A = Acc<T>;
+  int64_t N = 0;  // row stride of every (M, N) array
+  const T* S = nullptr;
+  A beta = 1;
+  GapView<T> open, ext;
+  A s(int64_t i, int64_t j) const { return ld(S, (i - 1) * N + (j - 1)) * beta; }
+};
+
+// A direction (double backward): the pair's (M, N) slice, nullptr = zero.
+template <typename T>
+inline Acc<T> dir_at(const T* d, int64_t N, int64_t i, int64_t j) {
+  return d ? ld(d, (i - 1) * N + (j - 1)) : Acc<T>(0);
+}
+
+template <typename T>
+struct Setup {
+  using A = Acc<T>;
+  const Problem& p;
+  int64_t M, N, MN, planes;
+  bool hard;
+  bool soft_reduction;  // reduction "soft" with T > 0 (T = 0 soft is max)
+  A beta;               // caller units -> kernel units
+  A unit;               // kernel units -> caller units
+  A inv_t;              // 1 / T for tangents (0 when hard)
+
+  explicit Setup(const Problem& pr)
+      : p(pr), M(pr.rows), N(pr.cols), MN(pr.rows * pr.cols), planes(pr.affine ? 3 : 1) {
+    const double t = pr.temperature;
+    const A b = static_cast<A>(1.0 / (t * kLn2));
+    const A it = static_cast<A>(1.0 / t);
+    hard = !(t > 0.0) || !std::isfinite(b) || !std::isfinite(it);
+    beta = hard ? A(1) : b;
+    unit = hard ? A(1) : static_cast<A>(t * kLn2);
+    inv_t = hard ? A(0) : it;
+    soft_reduction = !hard && pr.reduction == Reduction::Soft;
+  }
+
+  // The pair's true extents; false when they are out of range.
+  bool extents(int64_t b, int64_t& m, int64_t& n) const {
+    if (p.lengths == nullptr) {
+      m = M;
+      n = N;
+      return true;
+    }
+    m = p.lengths[2 * b];
+    n = p.lengths[2 * b + 1];
+    return m >= 0 && m <= M && n >= 0 && n <= N;
+  }
+
+  GapView<T> gap(const GapScores& g, int64_t b) const {
+    GapView<T> v;
+    v.beta = beta;
+    if (g.data) {
+      v.data = static_cast<const T*>(g.data) + b * g.stride[0];
+      v.si = g.stride[1];
+      v.sj = g.stride[2];
+    } else {
+      v.value = static_cast<A>(g.value) * beta;
+    }
+    return v;
+  }
+
+  PairView<T> pair(int64_t b) const {
+    PairView<T> v;
+    v.N = N;
+    v.S = static_cast<const T*>(p.scores) + b * MN;
+    v.beta = beta;
+    v.open = gap(p.gap_open, b);
+    v.ext = p.affine ? gap(p.gap_extend, b) : v.open;
+    return v;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Forward (scalar).
+// ---------------------------------------------------------------------------
+
+template <typename A>
+struct PairResult {
+  A total = 0;
+  int64_t argmax = -1;
+};
+
+template <typename T, bool HARD>
+PairResult<Acc<T>> forward_linear(const PairView<T>& pv, int64_t m, int64_t n, Acc<T>* hid,
+                                  bool soft_reduction, Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  using Cell = LinearCell<A, HARD>;
+  const int64_t N = pv.N;
+  A* prev = sc.get(0, n + 1);
+  A* cur = sc.get(1, n + 1);
+  std::fill(prev, prev + n + 1, A(0));
+  cur[0] = A(0);
+  SoftTotal<A> soft;
+  MaxArg<A> best;
+  for (int64_t i = 1; i <= m; ++i) {
+    for (int64_t j = 1; j <= n; ++j) {
+      const A g = pv.open.at(i, j);
+      const A h = Cell::value(prev[j - 1] + pv.s(i, j), prev[j] + g, cur[j - 1] + g);
+      cur[j] = h;
+      if (soft_reduction) soft.add(h); else best.add(h, (i - 1) * N + (j - 1));
+    }
+    if (hid) std::copy(cur + 1, cur + n + 1, hid + (i - 1) * N);
+    std::swap(prev, cur);
+  }
+  PairResult<A> r;
+  if (soft_reduction) r.total = soft.value();
+  else { r.total = best.best; r.argmax = best.index; }
+  return r;
+}
+
+template <typename T, bool HARD>
+PairResult<Acc<T>> forward_affine(const PairView<T>& pv, int64_t m, int64_t n, int64_t MN,
+                                  Acc<T>* hid, bool soft_reduction, Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  using Lin = LinearCell<A, HARD>;
+  using Aff = AffineCell<A, HARD>;
+  const int64_t N = pv.N;
+  // Previous row (p) and current row (c) of C, A and U; B and L of the left cell.
+  A *Cp = sc.get(0, n + 1), *Ap = sc.get(1, n + 1), *Up = sc.get(2, n + 1);
+  A *Cc = sc.get(3, n + 1), *Ac = sc.get(4, n + 1), *Uc = sc.get(5, n + 1);
+  std::fill(Cp, Cp + n + 1, A(0));
+  std::fill(Ap, Ap + n + 1, A(0));
+  std::fill(Up, Up + n + 1, -kInf<A>);
+  Cc[0] = A(0);
+  SoftTotal<A> soft;
+  MaxArg<A> best;
+  for (int64_t i = 1; i <= m; ++i) {
+    A Bl = A(0), Ll = -kInf<A>;
+    for (int64_t j = 1; j <= n; ++j) {
+      const A o = pv.open.at(i, j), e = pv.ext.at(i, j);
+      const A D = Cp[j - 1] + pv.s(i, j);
+      const A U = Aff::gap(Ap[j] + o, Up[j] + e);
+      const A L = Aff::gap(Bl + o, Ll + e);
+      const A C = Lin::value(D, U, L);
+      Ac[j] = Aff::prime(D, L);
+      Bl = Aff::prime(D, U);
+      Ll = L;
+      Cc[j] = C;
+      Uc[j] = U;
+      if (hid) {
+        const int64_t k = (i - 1) * N + (j - 1);
+        hid[k] = C;
+        hid[MN + k] = U;
+        hid[2 * MN + k] = L;
+      }
+      if (soft_reduction) soft.add(C); else best.add(C, (i - 1) * N + (j - 1));
+    }
+    std::swap(Cp, Cc);
+    std::swap(Ap, Ac);
+    std::swap(Up, Uc);
+  }
+  PairResult<A> r;
+  if (soft_reduction) r.total = soft.value();
+  else { r.total = best.best; r.argmax = best.index; }
+  return r;
+}
+
+template <typename T>
+void forward_impl(const Problem& p, const ForwardOutputs& out) {
+  using A = Acc<T>;
+  const Setup<T> su(p);
+  A* hidden = static_cast<A*>(out.hidden);
+  T* score = static_cast<T*>(out.score);
+  A* total = static_cast<A*>(out.total);
+  parallel_for<Scratch<A>>(
+      p.batch, double(p.batch) * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
+        int64_t m = 0, n = 0;
+        const bool ok = su.extents(b, m, n);
+        if (!ok) m = n = 0;
+        A* hid = hidden ? hidden + b * su.planes * su.MN : nullptr;
+        if (hid)
+          for (int64_t k = 0; k < su.planes; ++k)
+            fill_outside<A>(hid + k * su.MN, su.M, su.N, m, n, A(0));
+        PairResult<A> r;
+        if (m > 0 && n > 0) {
+          const PairView<T> pv = su.pair(b);
+          if (p.affine)
+            r = su.hard ? forward_affine<T, true>(pv, m, n, su.MN, hid, false, sc)
+                        : forward_affine<T, false>(pv, m, n, su.MN, hid, su.soft_reduction, sc);
+          else
+            r = su.hard ? forward_linear<T, true>(pv, m, n, hid, false, sc)
+                        : forward_linear<T, false>(pv, m, n, hid, su.soft_reduction, sc);
+        }
+        if (!ok) r.total = quiet_nan<A>();
+        if (p.reduction == Reduction::Soft) r.argmax = -1;
+        st(score, b, r.total * su.unit);
+        total[b] = r.total;
+        out.argmax[b] = r.argmax;
+      });
+}
+
+// ---------------------------------------------------------------------------
+// Seeds and the region a reverse pass visits.
+// ---------------------------------------------------------------------------
+
+template <typename A>
+struct Seed {
+  bool soft = false;  // soft: e0 = 2^(h - total) everywhere; else 1 at the region's corner
+  A total = 0;
+  A sdot = 0;   // soft tangent: e0dot = e0 * (hdot - sdot) / T
+  A inv_t = 0;
+};
+
+// Rows 1..mr, cols 1..nr: the whole pair (soft), or up to the argmax (max).
+// Returns false when the saved argmax does not fit the pair (corrupt state).
+template <typename T>
+bool region_of(const Setup<T>& su, const ForwardState& state, int64_t b, int64_t m, int64_t n,
+               const Acc<T>* hid_c, int64_t& mr, int64_t& nr) {
+  using A = Acc<T>;
+  if (su.soft_reduction || m == 0 || n == 0) {
+    mr = m;
+    nr = n;
+    return true;
+  }
+  int64_t a;
+  if (su.p.reduction == Reduction::Soft) {  // T = 0 soft: the argmax again
+    MaxArg<A> best;
+    for (int64_t i = 1; i <= m; ++i)
+      for (int64_t j = 1; j <= n; ++j) best.add(hid_c[(i - 1) * su.N + (j - 1)], (i - 1) * su.N + (j - 1));
+    a = best.index;
+  } else {
+    a = state.argmax[b];
+  }
+  if (a < 0) {
+    mr = nr = 0;
+    return true;
+  }
+  mr = a / su.N + 1;
+  nr = a % su.N + 1;
+  return mr <= m && nr <= n;
+}
+
+// ---------------------------------------------------------------------------
+// Linear gaps: tangent forward and the reverse pass (adjoint E, and with TAN
+// its tangent Edot), MATH.md.
+// ---------------------------------------------------------------------------
+
+// Hdot over the region, row stride nr.
+template <typename T, bool HARD>
+void tangent_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>* hid,
+                    const T* ws, const T* wo, Acc<T>* hdot) {
+  using A = Acc<T>;
+  using Cell = LinearCell<A, HARD>;
+  const int64_t N = pv.N;
+  auto H = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hid[(i - 1) * N + (j - 1)]; };
+  auto Hd = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hdot[(i - 1) * nr + (j - 1)]; };
+  for (int64_t i = 1; i <= mr; ++i)
+    for (int64_t j = 1; j <= nr; ++j) {
+      const A g = pv.open.at(i, j);
+      const Weights<A> w =
+          Cell::weights(H(i, j), H(i - 1, j - 1) + pv.s(i, j), H(i - 1, j) + g, H(i, j - 1) + g);
+      const A gd = dir_at(wo, N, i, j);
+      hdot[(i - 1) * nr + (j - 1)] = w.p1 * (Hd(i - 1, j - 1) + dir_at(ws, N, i, j)) +
+                                     w.p2 * (Hd(i - 1, j) + gd) + w.p3 * (Hd(i, j - 1) + gd);
+    }
+}
+
+// Writes, over the region, outS = gs * d s / d S and outG = gs * d s / d g
+// (TAN: gs * (Hessian . W) instead). Messages from row i+1 travel in `in`,
+// from the right neighbour in `right`.
+template <typename T, bool HARD, bool TAN>
+void reverse_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>* hid,
+                    const Acc<T>* hdot, const T* ws, const T* wo, const Seed<Acc<T>>& seed,
+                    Acc<T> gs, T* outS, T* outG, Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  using Cell = LinearCell<A, HARD>;
+  const int64_t N = pv.N;
+  const A it = seed.inv_t;
+  auto H = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hid[(i - 1) * N + (j - 1)]; };
+  auto Hd = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hdot[(i - 1) * nr + (j - 1)]; };
+  A *in = sc.get(2, nr + 1), *out = sc.get(3, nr + 1);
+  A *ind = sc.get(4, nr + 1), *outd = sc.get(5, nr + 1);
+  std::fill(in, in + nr + 1, A(0));
+  std::fill(ind, ind + nr + 1, A(0));
+  for (int64_t i = mr; i >= 1; --i) {
+    out[nr] = A(0);
+    outd[nr] = A(0);
+    A right = 0, rightd = 0;
+    for (int64_t j = nr; j >= 1; --j) {
+      const int64_t k = (i - 1) * N + (j - 1);
+      const A h = hid[k], g = pv.open.at(i, j);
+      const A v1 = H(i - 1, j - 1) + pv.s(i, j), v2 = H(i - 1, j) + g, v3 = H(i, j - 1) + g;
+      const Weights<A> w = Cell::weights(h, v1, v2, v3);
+      A e0 = A(0);
+      if (seed.soft) e0 = exp2_acc(h - seed.total);
+      else if (i == mr && j == nr) e0 = A(1);
+      const A E = e0 + in[j] + right;
+      const A m1 = E * w.p1, m2 = E * w.p2, m3 = E * w.p3;
+      if constexpr (!TAN) {
+        st(outS, k, gs * m1);
+        if (outG) st(outG, k, gs * (m2 + m3));
+      } else {
+        const A hd = Hd(i, j), gd = dir_at(wo, N, i, j);
+        const A d1 = w.p1 * (Hd(i - 1, j - 1) + dir_at(ws, N, i, j) - hd) * it;
+        const A d2 = w.p2 * (Hd(i - 1, j) + gd - hd) * it;
+        const A d3 = w.p3 * (Hd(i, j - 1) + gd - hd) * it;
+        const A e0d = seed.soft ? e0 * (hd - seed.sdot) * it : A(0);
+        const A Ed = e0d + ind[j] + rightd;
+        const A md1 = Ed * w.p1 + E * d1, md2 = Ed * w.p2 + E * d2, md3 = Ed * w.p3 + E * d3;
+        st(outS, k, gs * md1);
+        if (outG) st(outG, k, gs * (md2 + md3));
+        outd[j] += md2;
+        outd[j - 1] = md1;
+        rightd = md3;
+      }
+      out[j] += m2;
+      out[j - 1] = m1;
+      right = m3;
+    }
+    std::swap(in, out);
+    std::swap(ind, outd);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Affine gaps: the same passes, node by node (D, U, L, A, B, C).
+// ---------------------------------------------------------------------------
+
+template <typename A>
+struct AffineRow {  // derived values of one row, cols 0..nr
+  A *D, *Ap, *Bp;
+};
+
+template <typename T>
+struct AffineHidden {
+  using A = Acc<T>;
+  const A *C, *U, *L;
+  int64_t N;
+  A c(int64_t i, int64_t j) const { return i == 0 || j == 0 ? A(0) : C[(i - 1) * N + (j - 1)]; }
+  A u(int64_t i, int64_t j) const { return i == 0 || j == 0 ? -kInf<A> : U[(i - 1) * N + (j - 1)]; }
+  A l(int64_t i, int64_t j) const { return i == 0 || j == 0 ? -kInf<A> : L[(i - 1) * N + (j - 1)]; }
+};
+
+// D, A, B of row i over cols 1..nr, bit-identical to the forward's.
+template <typename T, bool HARD>
+void derive_affine_row(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t i, int64_t nr,
+                       const AffineRow<Acc<T>>& row) {
+  using A = Acc<T>;
+  using Aff = AffineCell<A, HARD>;
+  row.D[0] = -kInf<A>;
+  row.Ap[0] = A(0);
+  row.Bp[0] = A(0);
+  for (int64_t j = 1; j <= nr; ++j) {
+    if (i == 0) {
+      row.D[j] = -kInf<A>;
+      row.Ap[j] = row.Bp[j] = A(0);
+      continue;
+    }
+    const A D = hv.c(i - 1, j - 1) + pv.s(i, j);
+    row.D[j] = D;
+    row.Ap[j] = Aff::prime(D, hv.l(i, j));
+    row.Bp[j] = Aff::prime(D, hv.u(i, j));
+  }
+}
+
+template <typename A>
+struct AffineWeights {
+  Weights<A> c;        // C node: p1 = D, p2 = U, p3 = L
+  PrimeWeights<A> a;   // A node: p1 = D, p2 = L
+  PrimeWeights<A> b;   // B node: p1 = D, p2 = U
+  GapWeights<A> u, l;  // U and L nodes
+};
+
+// Weights of cell (i, j): `cur` is row i derived, `up` row i-1 derived.
+template <typename T, bool HARD>
+AffineWeights<Acc<T>> affine_weights(const PairView<T>& pv, const AffineHidden<T>& hv,
+                                     const AffineRow<Acc<T>>& cur, const AffineRow<Acc<T>>& up,
+                                     int64_t i, int64_t j) {
+  using A = Acc<T>;
+  using Lin = LinearCell<A, HARD>;
+  using Aff = AffineCell<A, HARD>;
+  const A o = pv.open.at(i, j), e = pv.ext.at(i, j);
+  const A D = cur.D[j], U = hv.u(i, j), L = hv.l(i, j);
+  AffineWeights<A> w;
+  w.c = Lin::weights(hv.c(i, j), D, U, L);
+  w.a = Aff::prime_weights(cur.Ap[j], D, L);
+  w.b = Aff::prime_weights(cur.Bp[j], D, U);
+  w.u = Aff::gap_weights(U, up.Ap[j] + o, hv.u(i - 1, j) + e);
+  w.l = Aff::gap_weights(L, cur.Bp[j - 1] + o, hv.l(i, j - 1) + e);
+  return w;
+}
+
+// Tangents of the affine nodes over the region (row stride nr): planes
+// 0..4 of `tan` = Cdot, Udot, Ldot, Adot, Bdot.
+template <typename A>
+struct AffineTangents {
+  A* t;
+  int64_t nr, plane;
+  A get(int k, int64_t i, int64_t j) const {
+    return i == 0 || j == 0 ? A(0) : t[k * plane + (i - 1) * nr + (j - 1)];
+  }
+  A& at(int k, int64_t i, int64_t j) { return t[k * plane + (i - 1) * nr + (j - 1)]; }
+};
+
+template <typename T, bool HARD>
+void tangent_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr, int64_t nr,
+                    const T* ws, const T* wo, const T* we, AffineTangents<Acc<T>> td,
+                    Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  const int64_t N = pv.N;
+  AffineRow<A> cur{sc.get(6, nr + 1), sc.get(7, nr + 1), sc.get(8, nr + 1)};
+  AffineRow<A> up{sc.get(9, nr + 1), sc.get(10, nr + 1), sc.get(11, nr + 1)};
+  derive_affine_row<T, HARD>(pv, hv, 0, nr, up);
+  for (int64_t i = 1; i <= mr; ++i) {
+    derive_affine_row<T, HARD>(pv, hv, i, nr, cur);
+    for (int64_t j = 1; j <= nr; ++j) {
+      const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
+      const A dO = dir_at(wo, N, i, j), dE = dir_at(we, N, i, j);
+      const A Dd = td.get(0, i - 1, j - 1) + dir_at(ws, N, i, j);
+      const A Ud = w.u.open * (td.get(3, i - 1, j) + dO) + w.u.extend * (td.get(1, i - 1, j) + dE);
+      const A Ld = w.l.open * (td.get(4, i, j - 1) + dO) + w.l.extend * (td.get(2, i, j - 1) + dE);
+      td.at(0, i, j) = w.c.p1 * Dd + w.c.p2 * Ud + w.c.p3 * Ld;
+      td.at(1, i, j) = Ud;
+      td.at(2, i, j) = Ld;
+      td.at(3, i, j) = w.a.p1 * Dd + w.a.p2 * Ld;
+      td.at(4, i, j) = w.b.p1 * Dd + w.b.p2 * Ud;
+    }
+    std::swap(cur, up);
+  }
+}
+
+template <typename T, bool HARD, bool TAN>
+void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr, int64_t nr,
+                    AffineTangents<Acc<T>> td, const T* ws, const T* wo, const T* we,
+                    const Seed<Acc<T>>& seed, Acc<T> gs, T* outS, T* outO, T* outE,
+                    Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  const int64_t N = pv.N;
+  const A it = seed.inv_t;
+  AffineRow<A> cur{sc.get(6, nr + 1), sc.get(7, nr + 1), sc.get(8, nr + 1)};
+  AffineRow<A> up{sc.get(9, nr + 1), sc.get(10, nr + 1), sc.get(11, nr + 1)};
+  // Messages into row i from row i+1 (inX) and into row i-1 (outX):
+  // to C from D[i+1,j+1], to A and to U from U[i+1,j]; plus their tangents.
+  A* msg[12];
+  for (int k = 0; k < 12; ++k) msg[k] = sc.get(k < 6 ? k : k + 6, nr + 1);
+  A *inC = msg[0], *inA = msg[1], *inU = msg[2], *outC = msg[3], *outA = msg[4], *outU = msg[5];
+  A *inCd = msg[6], *inAd = msg[7], *inUd = msg[8], *outCd = msg[9], *outAd = msg[10],
+    *outUd = msg[11];
+  for (A* a : {inC, inA, inU, inCd, inAd, inUd}) std::fill(a, a + nr + 1, A(0));
+  derive_affine_row<T, HARD>(pv, hv, mr, nr, cur);
+  derive_affine_row<T, HARD>(pv, hv, mr - 1, nr, up);
+  for (int64_t i = mr; i >= 1; --i) {
+    outC[nr] = outCd[nr] = A(0);
+    A rB = 0, rL = 0, rBd = 0, rLd = 0;  // messages from L[i,j+1] to B and L of (i,j)
+    for (int64_t j = nr; j >= 1; --j) {
+      const int64_t k = (i - 1) * N + (j - 1);
+      const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
+      A e0 = A(0);
+      if (seed.soft) e0 = exp2_acc(hv.C[k] - seed.total);
+      else if (i == mr && j == nr) e0 = A(1);
+      const A EC = e0 + inC[j], EA = inA[j], EB = rB;
+      const A EU = inU[j] + EC * w.c.p2 + EB * w.b.p2;
+      const A EL = rL + EC * w.c.p3 + EA * w.a.p2;
+      const A ED = EC * w.c.p1 + EA * w.a.p1 + EB * w.b.p1;
+      if constexpr (!TAN) {
+        st(outS, k, gs * ED);
+        if (outO) st(outO, k, gs * (EU * w.u.open + EL * w.l.open));
+        if (outE) st(outE, k, gs * (EU * w.u.extend + EL * w.l.extend));
+      } else {
+        const A dO = dir_at(wo, N, i, j), dE = dir_at(we, N, i, j);
+        const A Cd = td.get(0, i, j), Ud = td.get(1, i, j), Ld = td.get(2, i, j);
+        const A Ad = td.get(3, i, j), Bd = td.get(4, i, j);
+        const A Dd = td.get(0, i - 1, j - 1) + dir_at(ws, N, i, j);
+        const A c1 = w.c.p1 * (Dd - Cd) * it, c2 = w.c.p2 * (Ud - Cd) * it,
+                c3 = w.c.p3 * (Ld - Cd) * it;
+        const A a1 = w.a.p1 * (Dd - Ad) * it, a2 = w.a.p2 * (Ld - Ad) * it;
+        const A b1 = w.b.p1 * (Dd - Bd) * it, b2 = w.b.p2 * (Ud - Bd) * it;
+        const A uo = w.u.open * (td.get(3, i - 1, j) + dO - Ud) * it;
+        const A ue = w.u.extend * (td.get(1, i - 1, j) + dE - Ud) * it;
+        const A lo = w.l.open * (td.get(4, i, j - 1) + dO - Ld) * it;
+        const A le = w.l.extend * (td.get(2, i, j - 1) + dE - Ld) * it;
+        const A e0d = seed.soft ? e0 * (Cd - seed.sdot) * it : A(0);
+        const A ECd = e0d + inCd[j], EAd = inAd[j], EBd = rBd;
+        const A EUd = inUd[j] + ECd * w.c.p2 + EC * c2 + EBd * w.b.p2 + EB * b2;
+        const A ELd = rLd + ECd * w.c.p3 + EC * c3 + EAd * w.a.p2 + EA * a2;
+        const A EDd = ECd * w.c.p1 + EC * c1 + EAd * w.a.p1 + EA * a1 + EBd * w.b.p1 + EB * b1;
+        const A mUo = EUd * w.u.open + EU * uo, mUe = EUd * w.u.extend + EU * ue;
+        const A mLo = ELd * w.l.open + EL * lo, mLe = ELd * w.l.extend + EL * le;
+        st(outS, k, gs * EDd);
+        if (outO) st(outO, k, gs * (mUo + mLo));
+        if (outE) st(outE, k, gs * (mUe + mLe));
+        outCd[j - 1] = EDd;
+        outAd[j] = mUo;
+        outUd[j] = mUe;
+        rBd = mLo;
+        rLd = mLe;
+      }
+      outC[j - 1] = ED;
+      outA[j] = EU * w.u.open;
+      outU[j] = EU * w.u.extend;
+      rB = EL * w.l.open;
+      rL = EL * w.l.extend;
+    }
+    std::swap(inC, outC);
+    std::swap(inA, outA);
+    std::swap(inU, outU);
+    std::swap(inCd, outCd);
+    std::swap(inAd, outAd);
+    std::swap(inUd, outUd);
+    std::swap(cur, up);
+    if (i >= 2) derive_affine_row<T, HARD>(pv, hv, i - 2, nr, up);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward and double backward drivers.
+// ---------------------------------------------------------------------------
+
+template <typename T>
+void backward_impl(const Problem& p, const BackwardArgs& args) {
+  using A = Acc<T>;
+  const Setup<T> su(p);
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  const A* total = static_cast<const A*>(args.state.total);
+  const T* grad_score = static_cast<const T*>(args.grad_score);
+  T* gS = static_cast<T*>(args.grad_scores);
+  T* gO = static_cast<T*>(args.grad_gap_open);
+  T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
+  parallel_for<Scratch<A>>(
+      p.batch, double(p.batch) * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
+        T* oS = gS + b * su.MN;
+        T* oO = gO ? gO + b * su.MN : nullptr;
+        T* oE = gE ? gE + b * su.MN : nullptr;
+        int64_t m = 0, n = 0, mr = 0, nr = 0;
+        const A* hid = hidden + b * su.planes * su.MN;
+        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+          return;
+        }
+        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, mr, nr, A(0));
+        if (mr == 0 || nr == 0) return;
+        const PairView<T> pv = su.pair(b);
+        Seed<A> seed;
+        seed.soft = su.soft_reduction;
+        seed.total = total[b];
+        const A gs = ld(grad_score, b);
+        if (!p.affine) {
+          if (su.hard)
+            reverse_linear<T, true, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+          else
+            reverse_linear<T, false, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+        } else {
+          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+          const AffineTangents<A> none{nullptr, 0, 0};
+          if (su.hard)
+            reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+          else
+            reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+        }
+      });
+}
+
+template <typename T>
+void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
+  using A = Acc<T>;
+  const Setup<T> su(p);
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  const A* total = static_cast<const A*>(args.state.total);
+  const T* grad_score = static_cast<const T*>(args.grad_score);
+  const T* dS = static_cast<const T*>(args.dir_scores);
+  const T* dO = static_cast<const T*>(args.dir_gap_open);
+  const T* dE = p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr;
+  T* ggs = static_cast<T*>(args.grad_grad_score);
+  T* hS = static_cast<T*>(args.hvp_scores);
+  T* hO = static_cast<T*>(args.hvp_gap_open);
+  T* hE = p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr;
+  parallel_for<Scratch<A>>(
+      p.batch, 2.0 * p.batch * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
+        T* oS = hS + b * su.MN;
+        T* oO = hO ? hO + b * su.MN : nullptr;
+        T* oE = hE ? hE + b * su.MN : nullptr;
+        const T* ws = dS ? dS + b * su.MN : nullptr;
+        const T* wo = dO ? dO + b * su.MN : nullptr;
+        const T* we = dE ? dE + b * su.MN : nullptr;
+        int64_t m = 0, n = 0, mr = 0, nr = 0;
+        const A* hid = hidden + b * su.planes * su.MN;
+        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+          st(ggs, b, quiet_nan<A>());
+          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+          return;
+        }
+        // The Hessian is zero for T = 0: only <W, A> is needed there.
+        const int64_t keep_r = su.hard ? 0 : mr, keep_c = su.hard ? 0 : nr;
+        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, keep_r, keep_c, A(0));
+        if (mr == 0 || nr == 0) {
+          st(ggs, b, A(0));
+          return;
+        }
+        const PairView<T> pv = su.pair(b);
+        const A gs = ld(grad_score, b);
+        Seed<A> seed;
+        seed.soft = su.soft_reduction;
+        seed.total = total[b];
+        seed.inv_t = su.inv_t;
+        const int64_t cells = mr * nr;
+        A sdot = A(0);
+        if (!p.affine) {
+          A* hdot = sc.get(20, cells);
+          if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot);
+          else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot);
+          if (seed.soft) {
+            for (int64_t i = 1; i <= mr; ++i)
+              for (int64_t j = 1; j <= nr; ++j)
+                sdot += exp2_acc(hid[(i - 1) * su.N + (j - 1)] - seed.total) * hdot[(i - 1) * nr + (j - 1)];
+          } else {
+            sdot = hdot[cells - 1];
+          }
+          seed.sdot = sdot;
+          if (!su.hard)
+            reverse_linear<T, false, true>(pv, mr, nr, hid, hdot, ws, wo, seed, gs, oS, oO, sc);
+        } else {
+          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+          AffineTangents<A> td{sc.get(20, 5 * cells), nr, cells};
+          if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
+          else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc);
+          if (seed.soft) {
+            for (int64_t i = 1; i <= mr; ++i)
+              for (int64_t j = 1; j <= nr; ++j)
+                sdot += exp2_acc(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * td.get(0, i, j);
+          } else {
+            sdot = td.get(0, mr, nr);
+          }
+          seed.sdot = sdot;
+          if (!su.hard)
+            reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc);
+        }
+        st(ggs, b, sdot);
+      });
+}
+
+}  // namespace
+
+void forward_cpu(const Problem& problem, const ForwardOutputs& out) {
+  switch (problem.dtype) {
+    case Dtype::Float16: return forward_impl<Half>(problem, out);
+    case Dtype::BFloat16: return forward_impl<BFloat16>(problem, out);
+    case Dtype::Float32: return forward_impl<float>(problem, out);
+    case Dtype::Float64: return forward_impl<double>(problem, out);
+  }
+}
+
+void backward_cpu(const Problem& problem, const BackwardArgs& args) {
+  switch (problem.dtype) {
+    case Dtype::Float16: return backward_impl<Half>(problem, args);
+    case Dtype::BFloat16: return backward_impl<BFloat16>(problem, args);
+    case Dtype::Float32: return backward_impl<float>(problem, args);
+    case Dtype::Float64: return backward_impl<double>(problem, args);
+  }
+}
+
+void double_backward_cpu(const Problem& problem, const DoubleBackwardArgs& args) {
+  switch (problem.dtype) {
+    case Dtype::Float16: return double_backward_impl<Half>(problem, args);
+    case Dtype::BFloat16: return double_backward_impl<BFloat16>(problem, args);
+    case Dtype::Float32: return double_backward_impl<float>(problem, args);
+    case Dtype::Float64: return double_backward_impl<double>(problem, args);
+  }
+}
+
+}  // namespace softsw

@@ -99,9 +99,18 @@ void backward_cpu(const Problem& problem, const BackwardArgs& args);
 void double_backward_cpu(const Problem& problem, const DoubleBackwardArgs& args);
 
 #ifdef SOFTSW_WITH_CUDA
-void forward_cuda(const Problem& problem, const ForwardOutputs& out, void* stream);
-void backward_cuda(const Problem& problem, const BackwardArgs& args, void* stream);
-void double_backward_cuda(const Problem& problem, const DoubleBackwardArgs& args, void* stream);
+// The CUDA passes hand band boundaries between warps through a scratch
+// workspace (boundary rows, progress flags, partial reductions) that the
+// caller allocates with torch (uninitialised, `cuda_workspace_bytes` of it,
+// 16-byte aligned) and passes to every pass; the launchers clear what needs
+// clearing on `stream`.
+int64_t cuda_workspace_bytes(const Problem& problem);
+void forward_cuda(const Problem& problem, const ForwardOutputs& out, void* workspace,
+                  void* stream);
+void backward_cuda(const Problem& problem, const BackwardArgs& args, void* workspace,
+                   void* stream);
+void double_backward_cuda(const Problem& problem, const DoubleBackwardArgs& args,
+                          void* workspace, void* stream);
 #endif
 
 }  // namespace softsw

@@ -162,4 +162,79 @@ struct MaxArg {
   }
 };
 
+// Affine-gap nodes (SPEC.md §1), added for the affine kernels. Per cell:
+//   D  = C[i-1,j-1] + S_ij                       (no softmax: weight 1)
+//   U  = gap(A[i-1,j] + open_ij, U[i-1,j] + extend_ij)
+//   L  = gap(B[i,j-1] + open_ij, L[i,j-1] + extend_ij)
+//   A  = prime(D, L)   the C' read by U[i+1,j]  (softmax_T(0, D, L))
+//   B  = prime(D, U)   the C' read by L[i,j+1]  (softmax_T(0, D, U))
+//   C  = LinearCell<A,HARD>::value(D, U, L)      (softmax_T(0, D, U, L))
+// with A = B = C = 0 and U = L = D = -inf on the boundary. Same units as
+// LinearCell (soft: base-2, pre-scaled by 1 / (T ln 2); hard: max-plus).
+// Hard-mode ties: C: start, D, U, L (LinearCell::weights); A: start, D, L;
+// B: start, D, U; U and L: open before extend.
+template <typename A>
+struct GapWeights {
+  A open, extend;
+};
+template <typename A>
+struct PrimeWeights {
+  A p1, p2;  // weights of x and y in softmax_T(0, x, y)
+};
+
+template <typename A, bool HARD>
+struct AffineCell {
+  // softmax_T(vo, ve): -inf when both are -inf (no path), NaN if either is.
+  SOFTSW_HD static A gap(A vo, A ve) {
+    A h;
+    if (HARD) {
+      h = max_of(vo, ve);
+    } else {
+      const A m = max_of(vo, ve), d = min_of(vo, ve);
+      h = m == -std::numeric_limits<A>::infinity() ? m : m + log2_acc(A(1) + exp2_acc(d - m));
+    }
+    return is_nan(vo) || is_nan(ve) ? quiet_nan<A>() : h;
+  }
+  SOFTSW_HD static GapWeights<A> gap_weights(A h, A vo, A ve) {
+    GapWeights<A> w;
+    const bool none = h == -std::numeric_limits<A>::infinity();
+    if (HARD) {
+      const bool to = !none && vo == h;
+      const bool te = !none && !to && ve == h;
+      w.open = to ? A(1) : A(0);
+      w.extend = te ? A(1) : A(0);
+    } else {
+      w.open = none ? A(0) : exp2_acc(vo - h);
+      w.extend = none ? A(0) : exp2_acc(ve - h);
+    }
+    return w;
+  }
+  // softmax_T(0, x, y).
+  SOFTSW_HD static A prime(A x, A y) {
+    A h;
+    if (HARD) {
+      h = max_of(max_of(A(0), x), y);
+    } else {
+      const A a = max_of(A(0), x), b = min_of(A(0), x);
+      const A m = max_of(a, y), e = min_of(a, y);
+      h = m + log2_acc(A(1) + exp2_acc(b - m) + exp2_acc(e - m));
+    }
+    return is_nan(x) || is_nan(y) ? quiet_nan<A>() : h;
+  }
+  SOFTSW_HD static PrimeWeights<A> prime_weights(A h, A x, A y) {
+    PrimeWeights<A> w;
+    if (HARD) {
+      const bool start = !(h > A(0));
+      const bool t1 = !start && x == h;
+      const bool t2 = !start && !t1 && y == h;
+      w.p1 = t1 ? A(1) : A(0);
+      w.p2 = t2 ? A(1) : A(0);
+    } else {
+      w.p1 = exp2_acc(x - h);
+      w.p2 = exp2_acc(y - h);
+    }
+    return w;
+  }
+};
+
 }  // namespace softsw

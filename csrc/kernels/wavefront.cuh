@@ -1,0 +1,263 @@
+// The wavefront skeleton shared by the CUDA passes.
+//
+// Work decomposition. A pair's DP rows are cut into bands of 32*R rows; a band
+// is one warp's unit of work, and lane l owns the R consecutive rows
+// l*R .. l*R+R-1 of it. At step t the lane's row k handles column
+// c = t - l*R - k, so all 32*R cells of a step lie on one anti-diagonal
+// (r + c = t, r the row within the band): the R cells of a thread are
+// independent (instruction-level parallelism), and a lane's first row takes
+// the cell above from lane l-1 with one warp shuffle -- no __syncthreads and
+// no shared memory on the hot path, hence no length limit.
+//
+// Bands hand their boundary row to the next band through global memory,
+// published with release/acquire progress flags every 32 columns, so
+// consecutive bands of one pair run concurrently on different warps and SMs
+// (a single long pair fills the GPU). Warps are persistent and take units
+// from a ticket counter in order (pair-major, band-minor; reversed for the
+// backward), so a unit only ever waits on a unit that a running warp holds:
+// no deadlock, whatever the occupancy.
+//
+// The saved state of the forward ("hidden") is stored band by band in
+// anti-diagonal order: cell (r, c) of a band with `rows` rows sits at
+// ((r + c) mod n) * rows + r. A step of the warp therefore writes (and the
+// backward reads) one contiguous run of 32*R values, and the map is a
+// bijection onto rows * n slots (no padding).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "problem.h"
+#include "recurrence.h"
+
+namespace softsw {
+namespace cuda {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarpsPerBlock = 4;
+
+// --------------------------------------------------------------------------
+// Element access
+// --------------------------------------------------------------------------
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename A, typename T> __device__ __forceinline__ A load_as(const T* p) {
+  return A(to_float<T>(__ldg(p)));
+}
+template <> __device__ __forceinline__ double load_as<double, double>(const double* p) {
+  return __ldg(p);
+}
+
+template <typename T> __device__ __forceinline__ T from_acc(float x);
+template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <typename T, typename A> __device__ __forceinline__ T store_as(A x) {
+  return from_acc<T>(static_cast<float>(x));
+}
+template <> __device__ __forceinline__ double store_as<double, double>(double x) { return x; }
+
+// A gap score, constant or a strided (B, M, N) tensor, in kernel units.
+template <typename T, typename A>
+struct GapReader {
+  const T* data;
+  int64_t s0, s1, s2;
+  A value;   // constant, already scaled
+  A scale;   // kernel units per caller unit
+  __device__ __forceinline__ A at(int64_t b, int64_t r, int64_t c) const {
+    return data ? load_as<A>(data + b * s0 + r * s1 + c * s2) * scale : value;
+  }
+};
+
+// --------------------------------------------------------------------------
+// Problem geometry
+// --------------------------------------------------------------------------
+
+// Rows per thread: 1 for short queries (a band of 32 rows wastes little),
+// 4 otherwise (4 independent cells per step hide the cell's latency).
+inline int rows_per_thread(const Problem& p) { return p.rows <= 32 ? 1 : 4; }
+
+inline int64_t band_count(const Problem& p) {
+  const int64_t band_rows = int64_t(kWarp) * rows_per_thread(p);
+  return p.rows == 0 ? 1 : (p.rows + band_rows - 1) / band_rows;
+}
+
+// The pair's true lengths; `valid` is false for out-of-range lengths (only
+// possible when the Python-side check was skipped, e.g. under graph capture).
+struct PairLengths {
+  int64_t m, n;
+  bool valid;
+};
+
+__device__ __forceinline__ PairLengths pair_lengths(const int64_t* lengths, int64_t b,
+                                                    int64_t rows, int64_t cols) {
+  if (!lengths) return {rows, cols, true};
+  const int64_t m = lengths[2 * b], n = lengths[2 * b + 1];
+  const bool ok = m >= 0 && m <= rows && n >= 0 && n <= cols;
+  return {ok ? m : 0, ok ? n : 0, ok};
+}
+
+// --------------------------------------------------------------------------
+// Workspace: [ticket (16 B)] [flags: units x int32] [partials: units x 16 B]
+//            [edges: units x cols x accumulate type]
+// --------------------------------------------------------------------------
+
+struct Partial {
+  double a;       // max (MaxArg.best) or log2-sum max (SoftTotal.max)
+  double b;       // SoftTotal.sum, or the argmax index (as a double-sized slot)
+};
+
+struct Workspace {
+  unsigned long long* ticket;
+  int* flags;
+  Partial* partials;
+  void* edges;
+};
+
+inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+inline Workspace carve_workspace(const Problem& p, void* base) {
+  const int64_t units = p.batch * band_count(p);
+  char* at = static_cast<char*>(base);
+  Workspace w;
+  w.ticket = reinterpret_cast<unsigned long long*>(at);
+  at += 16;
+  w.flags = reinterpret_cast<int*>(at);
+  at += align16(units * int64_t(sizeof(int)));
+  w.partials = reinterpret_cast<Partial*>(at);
+  at += align16(units * int64_t(sizeof(Partial)));
+  w.edges = at;
+  return w;
+}
+
+inline int64_t workspace_bytes(const Problem& p) {
+  const int64_t units = p.batch * band_count(p);
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  return 16 + align16(units * int64_t(sizeof(int))) + align16(units * int64_t(sizeof(Partial))) +
+         align16(units * p.cols * acc);
+}
+
+// Tickets and flags start at zero for every pass.
+inline void clear_sync_state(const Problem& p, const Workspace& w, cudaStream_t stream) {
+  const int64_t units = p.batch * band_count(p);
+  const int64_t bytes = 16 + align16(units * int64_t(sizeof(int)));
+  cudaMemsetAsync(w.ticket, 0, bytes, stream);
+}
+
+// --------------------------------------------------------------------------
+// Synchronisation between warps
+// --------------------------------------------------------------------------
+
+__device__ __forceinline__ int load_acquire(const int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release(int* flag, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+}
+
+// Every calling lane spins until *flag >= target (so each lane's later loads
+// are ordered after the producer's release).
+__device__ __forceinline__ void wait_for(const int* flag, int target) {
+  while (load_acquire(flag) < target) __nanosleep(64);
+}
+
+// The next unit for this warp, in ticket order; the same for all lanes.
+__device__ __forceinline__ long long next_unit(unsigned long long* ticket) {
+  unsigned long long u = 0;
+  if ((threadIdx.x & 31) == 0) u = atomicAdd(ticket, 1ull);
+  return static_cast<long long>(__shfl_sync(kFullMask, u, 0));
+}
+
+// --------------------------------------------------------------------------
+// Warp reductions (deterministic: a fixed butterfly)
+// --------------------------------------------------------------------------
+
+template <typename A>
+__device__ __forceinline__ MaxArg<A> warp_max(MaxArg<A> x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    MaxArg<A> o;
+    o.best = __shfl_xor_sync(kFullMask, x.best, off);
+    o.index = __shfl_xor_sync(kFullMask, x.index, off);
+    x.merge(o);
+  }
+  return x;
+}
+
+template <typename A>
+__device__ __forceinline__ SoftTotal<A> warp_soft_total(SoftTotal<A> x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    SoftTotal<A> o;
+    o.max = __shfl_xor_sync(kFullMask, x.max, off);
+    o.sum = __shfl_xor_sync(kFullMask, x.sum, off);
+    // Merge in lane order so that both partners compute the same bits.
+    if ((threadIdx.x & off) == 0) {
+      x.merge(o);
+    } else {
+      o.merge(x);
+      x = o;
+    }
+  }
+  return x;
+}
+
+// --------------------------------------------------------------------------
+// Launch helpers
+// --------------------------------------------------------------------------
+
+inline void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("softsw: CUDA launch of ") + what +
+                             " failed: " + cudaGetErrorString(err));
+}
+
+// Persistent grid: enough resident warps to fill the GPU, never more than
+// there are units.
+template <typename Kernel>
+inline int persistent_blocks(Kernel kernel, int64_t units) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, 0);
+  const int64_t resident = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t needed = (units + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<int>(needed < resident ? needed : resident);
+}
+
+// Dispatch on the element type: f<scalar_t, acc_t>().
+template <typename F>
+inline void dispatch_dtype(Dtype d, F&& f) {
+  switch (d) {
+    case Dtype::Float16: f(static_cast<__half*>(nullptr), float(0)); break;
+    case Dtype::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr), float(0)); break;
+    case Dtype::Float32: f(static_cast<float*>(nullptr), float(0)); break;
+    case Dtype::Float64: f(static_cast<double*>(nullptr), double(0)); break;
+  }
+}
+
+// Kernel units: soft mode pre-scales scores by 1 / (T ln 2) (recurrence.h).
+inline double kernel_scale(const Problem& p) {
+  return p.temperature > 0 ? 1.0 / (p.temperature * kLn2) : 1.0;
+}
+
+}  // namespace cuda
+}  // namespace softsw

@@ -1,0 +1,64 @@
+"""Comparison of softsw against the float64 reference (values and gradients)."""
+from __future__ import annotations
+
+import torch
+
+import softsw
+from conftest import assert_close, grads, padding_mask, randn
+from reference import ref_align
+
+
+def _as_leaf(x, ref: bool):
+    if not isinstance(x, torch.Tensor):
+        return x
+    y = x.detach()
+    if ref:
+        y = y.to(device="cpu", dtype=torch.float64)
+    return y.clone().requires_grad_(True)
+
+
+def compare_with_reference(gen, S, gap_open=-1.0, temperature=1.0, *, gap_extend=None,
+                           lengths=None, reduction="max", check_grad=True, tol=None):
+    """Runs softsw.align on S (any dtype / device) and the float64 reference on
+    the same values; checks the score and the gradients with respect to S and to
+    every tensor gap argument (for a random per-pair cotangent). Returns the
+    kernel's (score, [grad_S, grad_gap_open?, grad_gap_extend?])."""
+    dtype = S.dtype
+    k = [_as_leaf(x, False) for x in (S, gap_open, gap_extend)]
+    r = [_as_leaf(x, True) for x in (S, gap_open, gap_extend)]
+    out = softsw.align(k[0], k[1], temperature, gap_extend=k[2], lengths=lengths,
+                       reduction=reduction)
+    ref = ref_align(r[0], r[1], temperature, gap_extend=r[2],
+                    lengths=None if lengths is None else lengths.cpu(), reduction=reduction)
+    assert out.dtype == dtype, f"score dtype {out.dtype} != scores dtype {dtype}"
+    assert out.device == S.device
+    assert out.shape == ref.shape, f"score shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    assert_close(out, ref, dtype, "score", tol=tol)
+    if not check_grad:
+        return out, None
+    w = randn(gen, *ref.shape, dtype=dtype)  # cotangent per pair, rounded to dtype
+    k_t = [x for x in k if isinstance(x, torch.Tensor)]
+    r_t = [x for x in r if isinstance(x, torch.Tensor)]
+    kg = grads(out, k_t, w.to(S.device))
+    rg = grads(ref, r_t, w.to(torch.float64))
+    names = ["d/d scores", "d/d gap_open", "d/d gap_extend"]
+    names = [n for n, x in zip(names, k) if isinstance(x, torch.Tensor)]
+    for name, a, e, x in zip(names, kg, rg, k_t):
+        assert a is not None, f"{name}: no gradient"
+        assert a.dtype == x.dtype and a.shape == x.shape, f"{name}: {a.dtype} {tuple(a.shape)}"
+        if e is None:  # the reference did not use it at all
+            e = torch.zeros_like(a, dtype=torch.float64, device="cpu")
+        assert_close(a, e, dtype, name, tol=tol)
+    if lengths is not None:
+        mask = padding_mask(lengths, S.shape[1], S.shape[2]).to(S.device)
+        g = kg[0]
+        assert bool((g[mask] == 0).all()), "gradient is not exactly zero in the padding"
+    return out, list(kg)
+
+
+def quantized(gen, *shape, dtype=torch.float64, device="cpu", step=0.125, scale=2.0):
+    """Random scores on a dyadic grid (multiples of `step`): every sum the
+    hard-mode (T = 0) recurrence forms is exact in float32 and float64 alike,
+    so ties are exact, frequent, and resolved the same way by every dtype."""
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
+    return (torch.round(x / step) * step).to(dtype).to(device)
