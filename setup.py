@@ -2,8 +2,8 @@
 
 What gets built
   * CUDA kernels (every csrc/kernels/*.cu, -DUSE_CUDA -DSOFTSW_WITH_CUDA) whenever a
-    CUDA toolkit is found (CUDA_HOME, nvcc on PATH or /usr/local/cuda: torch's
-    CUDA_HOME) *and* the torch we build against is a CUDA build. Whether this
+    CUDA toolkit is found (CUDA_HOME or CUDA_PATH, else /usr/local/cuda, else the nvcc on
+    PATH) *and* the torch we build against is a CUDA build. Whether this
     machine has a GPU is never asked: wheel builders have none.
   * Otherwise a CPU-only extension. SOFTSW_CPU_ONLY=1 forces it.
 
@@ -26,12 +26,40 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
-import torch
-from setuptools import find_packages, setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+def find_cuda_home() -> str | None:
+    """CUDA_HOME (or CUDA_PATH) as given; else /usr/local/cuda; else the toolkit of the
+    nvcc on PATH. A candidate must hold bin/nvcc and include/cuda_runtime_api.h (an nvcc
+    wrapper script in /usr/local/bin does not make /usr/local a toolkit)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    candidates = [Path("/usr/local/cuda")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates += [Path(nvcc).parent.parent, Path(nvcc).resolve().parent.parent]
+    for home in candidates:
+        if (home / "bin" / "nvcc").exists() and (home / "include" / "cuda_runtime_api.h").exists():
+            return str(home)
+    return None
+
+
+# torch.utils.cpp_extension reads CUDA_HOME once, at import.
+if find_cuda_home() and not os.environ.get("CUDA_HOME"):
+    os.environ["CUDA_HOME"] = find_cuda_home()
+
+import torch  # noqa: E402
+from setuptools import find_namespace_packages, setup  # noqa: E402
+from torch.utils.cpp_extension import (  # noqa: E402
+    CUDA_HOME,
+    BuildExtension,
+    CppExtension,
+    CUDAExtension,
+)
 
 ROOT = Path(__file__).parent.resolve()
 PACKAGE = "softsw"
@@ -228,9 +256,10 @@ class BuildExt(BuildExtension):
 
 setup(
     version=VERSION,
-    packages=find_packages("src"),
+    # Namespace discovery so that data folders (softsw/data) are packages too.
+    packages=find_namespace_packages("src", include=[PACKAGE, f"{PACKAGE}.*"]),
     package_dir={"": "src"},
-    package_data={PACKAGE: ["data/*", "data/**/*", "py.typed"]},
+    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.data": ["*"]},
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExt},
     options={"bdist_wheel": {"py_limited_api": PY_LIMITED_TAG}},

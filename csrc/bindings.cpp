@@ -14,9 +14,7 @@
 #include <torch/headeronly/core/ScalarType.h>
 #include <torch/headeronly/util/Exception.h>
 
-#ifdef SOFTSW_WITH_CUDA
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#endif
 
 #include <cmath>
 #include <optional>
@@ -54,6 +52,40 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* what) {
                   "softsw: `", what, "` must be on the same device as `scores`");
 }
 
+int32_t shim_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::Half: return aoti_torch_dtype_float16();
+    case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
+    case ScalarType::Float: return aoti_torch_dtype_float32();
+    case ScalarType::Double: return aoti_torch_dtype_float64();
+    case ScalarType::Long: return aoti_torch_dtype_int64();
+    default: return aoti_torch_dtype_uint8();
+  }
+}
+
+// An uninitialised contiguous tensor on `like`'s device, from torch's
+// allocator (the caching allocator on CUDA). aoti_torch_empty_strided is a
+// plain C shim call: much cheaper per call than a trip through the dispatcher,
+// which matters for small batches where the host is the bottleneck.
+Tensor new_tensor(const Tensor& like, std::vector<int64_t> shape, ScalarType dtype) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  AtenTensorHandle handle = nullptr;
+  STD_TORCH_CHECK(
+      aoti_torch_empty_strided(static_cast<int64_t>(shape.size()), shape.data(), strides.data(),
+                               shim_dtype(dtype),
+                               like.is_cuda() ? aoti_torch_device_type_cuda()
+                                              : aoti_torch_device_type_cpu(),
+                               like.get_device_index(), &handle) == AOTI_TORCH_SUCCESS,
+      "softsw: could not allocate an output tensor");
+  return Tensor(handle);
+}
+
+Tensor as_contiguous(const Tensor& t) {
+  return t.is_contiguous() ? t : torch::stable::contiguous(t);
+}
+
 // Everything the kernels need from the shared arguments, checked.
 struct ProblemArgs {
   Problem problem;
@@ -73,7 +105,7 @@ ProblemArgs make_problem(const Tensor& scores_in, const OptTensor& gap_open,
   STD_TORCH_CHECK(reduction == 0 || reduction == 1,
                   "softsw: `reduction` must be 0 (max) or 1 (soft), got ", reduction);
 
-  ProblemArgs args{Problem{}, torch::stable::contiguous(scores_in), std::nullopt};
+  ProblemArgs args{Problem{}, as_contiguous(scores_in), std::nullopt};
   Problem& p = args.problem;
   p.batch = scores_in.size(0);
   p.rows = scores_in.size(1);
@@ -91,7 +123,7 @@ ProblemArgs make_problem(const Tensor& scores_in, const OptTensor& gap_open,
     STD_TORCH_CHECK(l.dim() == 2 && l.size(0) == p.batch && l.size(1) == 2,
                     "softsw: `lengths` must have shape (B, 2) = (", p.batch, ", 2)");
     check_same_device(l, scores_in, "lengths");
-    args.lengths = torch::stable::contiguous(l);
+    args.lengths = as_contiguous(l);
     p.lengths = static_cast<const int64_t*>(args.lengths->data_ptr());
   }
 
@@ -119,9 +151,6 @@ ProblemArgs make_problem(const Tensor& scores_in, const OptTensor& gap_open,
   return args;
 }
 
-Tensor new_tensor(const Tensor& like, std::vector<int64_t> shape, ScalarType dtype) {
-  return torch::stable::new_empty(like, shape, dtype);
-}
 
 #ifdef SOFTSW_WITH_CUDA
 void* cuda_workspace(const Problem& p, const Tensor& scores, std::optional<Tensor>& holder) {
@@ -212,7 +241,7 @@ Tensor checked_per_pair(const Tensor& t, const Problem& p, const Tensor& scores,
                       t.scalar_type() == scores.scalar_type(),
                   "softsw: `", what, "` must have shape (B,) and the dtype of `scores`");
   check_same_device(t, scores, what);
-  return torch::stable::contiguous(t);
+  return as_contiguous(t);
 }
 
 Tensor checked_like_scores(const Tensor& t, const Problem& p, const Tensor& scores,
@@ -221,7 +250,7 @@ Tensor checked_like_scores(const Tensor& t, const Problem& p, const Tensor& scor
                       t.size(2) == p.cols && t.scalar_type() == scores.scalar_type(),
                   "softsw: `", what, "` must have the shape and dtype of `scores`");
   check_same_device(t, scores, what);
-  return torch::stable::contiguous(t);
+  return as_contiguous(t);
 }
 
 Tensor empty_unless(bool wanted, const Tensor& scores, const Problem& p) {

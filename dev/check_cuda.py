@@ -91,6 +91,25 @@ if __name__ == "__main__":
     ok &= check(4, 140, 40, 1.0, -1.0, "soft", lengths=True, dtype=torch.float64)
     ok &= check(3, 40, 50, 0.5, -1.0, "max", dtype=torch.float32)
     ok &= check(3, 200, 50, 5.0, -1.0, "soft", dtype=torch.float32)
+    # Larger shapes (the bulk path: R = 4, aligned rows) against the CPU kernel in float64.
+    for (B, M, N, lengths) in [(2, 300, 260, False), (1, 520, 300, False), (2, 257, 263, False),
+                               (3, 400, 300, True), (1, 129, 1024, False)]:
+        for T in (1.0, 0.0):
+            for red in ("max", "soft"):
+                S = torch.randn(B, M, N, dtype=torch.float64)
+                L = None
+                if lengths:
+                    L = torch.stack([torch.randint(M // 2, M + 1, (B,)), torch.randint(N // 2, N + 1, (B,))], 1)
+                ref_s, ref_a = softsw.alignment(S, -0.7, T, lengths=L, reduction=red)
+                for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 2e-3)):
+                    out_s, out_a = softsw.alignment(S.to("cuda", dtype), -0.7, T,
+                                                    lengths=None if L is None else L.cuda(), reduction=red)
+                    e1 = (out_s.double().cpu() - ref_s).abs().max().item() / max(1.0, ref_s.abs().max().item())
+                    e2 = (out_a.double().cpu() - ref_a).abs().max().item()
+                    good = e1 < tol and e2 < (tol if T else 1e-9 if dtype == torch.float64 else 1.0)
+                    ok &= good
+                    print(f"{'ok ' if good else 'BAD'} vs CPU B={B} M={M} N={N} T={T} red={red} len={lengths} {dtype}: "
+                          f"score err {e1:.2e} alignment err {e2:.2e}", flush=True)
     print("ALL OK" if ok else "FAILURES", flush=True)
     if "--bench" in sys.argv:
         for shape in [(16, 32, 32), (1024, 128, 128), (256, 512, 512), (64, 1024, 1024), (8, 4096, 4096), (1, 16384, 16384)]:

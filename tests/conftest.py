@@ -86,7 +86,7 @@ def pytest_runtest_makereport(item, call):
 def randn(gen, *shape, dtype=torch.float64, device="cpu", scale=1.0, shift=0.0):
     """Random normal data drawn on CPU from `gen` (so it does not depend on the
     device), rounded to `dtype`, then moved to `device`."""
-    x = torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift
+    x = torch.randn(tuple(shape), generator=gen, dtype=torch.float64) * scale + shift
     return x.to(dtype).to(device)
 
 

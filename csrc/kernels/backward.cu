@@ -6,7 +6,10 @@
 // The band skeleton is the forward's mirrored: steps run from the last
 // anti-diagonal to the first, a lane's last row takes what the row below
 // contributes from lane l+1 (one shuffle), and the band below hands its first
-// row's contributions up through global memory with progress flags.
+// row's contributions up through global memory with progress flags. As in the
+// forward, the bulk of a tall band (R = 4, aligned rows) runs unchecked in
+// groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
+// gradient; the fill and drain check every cell.
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -20,6 +23,7 @@ struct BackwardKernelArgs {
   GapReader<T, A> gap;
   A scale;
   bool soft_reduction;
+  bool vector_ok;
   const T* grad_score;
   const A* hidden;
   const int64_t* argmax;
@@ -44,50 +48,64 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int64_t b = unit / a.nbands;
     const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
-    const int64_t m = len.m, n = len.n;
+    const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
+    const int64_t pair_offset = b * a.rows * a.cols;
     if (!len.valid) {
       if (band == 0) {
         for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.grad_scores[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_gap) a.grad_gap[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
+          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_gap) a.grad_gap[pair_offset + e] = store_as<T>(quiet_nan<A>());
         }
       }
       continue;
     }
-    const int64_t top = band * kBandRows;
+    const int top = static_cast<int>(band) * kBandRows;
     if (m == 0 || n == 0 || top >= m) continue;  // outputs were cleared
-    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
+    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
     const A* edge_below = edges + (unit_id + 1) * a.cols;
     A* edge_above = edges + unit_id * a.cols;
-    const int64_t pair_offset = b * a.rows * a.cols;
-    const T* S = a.scores + pair_offset;
-    const A* hidden = a.hidden + pair_offset + top * n;
-    const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
+    const A* hidden = a.hidden + pair_offset + int64_t(top) * n;
+    const A* hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n;
     const A g_out = load_as<A>(a.grad_score + b);
     const A total = a.total[b];
     const int64_t target = a.argmax[b];
+    const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
+    const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
 
     const int r0 = lane * R;
-    const int lanes_active = (rows_here + R - 1) / R;
-    const int64_t steps = n + int64_t(lanes_active) * R - 1;
+    const T* srow[R];
+    T* grow[R];
+    bool row_ok[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      row_ok[k] = top + r0 + k < m;
+      srow[k] = a.scores + pair_offset + int64_t(top + r0 + k) * a.cols;
+      grow[k] = a.grad_scores + pair_offset + int64_t(top + r0 + k) * a.cols;
+    }
 
     // H of this lane's rows on anti-diagonal d (0 where the cell is outside).
-    auto load_diagonal = [&](int64_t d, A* out) {
-      const int64_t slot = d >= 0 ? d % n : 0;
+    auto load_diagonal = [&](int d, A (&out)[R], bool checked) {
+      const int slot = d >= 0 ? d % n : 0;
+      const A* at = hidden + int64_t(slot) * rows_here + r0;
+      if (!checked && R == 4 && a.vector_ok) {
+        if constexpr (R == 4) load4<A, A>(at, A(1), out);
+      } else {
 #pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = d - r0 - k;
-        out[k] = (c >= 0 && c < n && top + r0 + k < m) ? __ldg(hidden + slot * rows_here + r0 + k)
-                                                       : A(0);
+        for (int k = 0; k < R; ++k) {
+          const int c = d - r0 - k;
+          out[k] = (c >= 0 && c < n && row_ok[k]) ? __ldg(at + k) : A(0);
+        }
       }
     };
     A w0[R], w1[R], w2[R];  // H on anti-diagonals t, t-1, t-2
-    load_diagonal(steps - 1, w0);
-    load_diagonal(steps - 2, w1);
-    load_diagonal(steps - 3, w2);
+    const int lanes_active = (rows_here + R - 1) / R;
+    const int steps = n + lanes_active * R - 1;
+    load_diagonal(steps - 1, w0, true);
+    load_diagonal(steps - 2, w1, true);
+    load_diagonal(steps - 3, w2, true);
 
     // Contributions E * p_k this lane's rows made on the last two steps.
     A m1[R], m1p[R], m2[R], m3[R];
@@ -96,26 +114,27 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     A above_up = A(0), above_diag = A(0);  // H of the row above the band (lane 0's chunk)
     A below_reg = A(0);                    // contributions of the band below (lane 31's chunk)
 
-    for (int64_t t = steps - 1; t >= 0; --t) {
-      // Row above the band, for lane 0: H(top-1, t) and H(top-1, t-1), 32 columns at a time.
+    // One reverse step; `s[k]` is row k's score (kernel units); returns each
+    // row's d score / d S (times g_out) in `grad`.
+    auto step = [&](const int t, const A (&s)[R], A (&grad)[R], const bool checked) {
       if (has_above && t < n && ((t & (kWarp - 1)) == kWarp - 1 || t == n - 1)) {
-        const int64_t c = (t & ~int64_t(kWarp - 1)) + lane;
-        const int64_t slot_up = (kBandRows - 1 + c) % n;
-        const int64_t slot_diag = (kBandRows - 1 + c - 1 + n) % n;
-        above_up = c < n ? __ldg(hidden_above + slot_up * kBandRows + kBandRows - 1) : A(0);
+        const int c = (t & ~(kWarp - 1)) + lane;
+        const int slot_up = (kBandRows - 1 + c) % n;
+        const int slot_diag = (kBandRows - 1 + c - 1 + n) % n;
+        above_up = c < n ? __ldg(hidden_above + int64_t(slot_up) * kBandRows + kBandRows - 1)
+                         : A(0);
         above_diag = (c >= 1 && c - 1 < n)
-                         ? __ldg(hidden_above + slot_diag * kBandRows + kBandRows - 1)
+                         ? __ldg(hidden_above + int64_t(slot_diag) * kBandRows + kBandRows - 1)
                          : A(0);
       }
-      // Contributions of the band below, for lane 31's last row.
-      const int64_t c_last = t - (kBandRows - 1);
+      const int c_last = t - (kBandRows - 1);
       if (has_below && c_last >= 0 && c_last < n &&
           ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
-        const int64_t base = c_last & ~int64_t(kWarp - 1);
-        wait_for(a.ws.flags + unit_id + 1, static_cast<int>(n - base));
+        const int base = c_last & ~(kWarp - 1);
+        wait_for(a.ws.flags + unit_id + 1, n - base);
         below_reg = base + lane < n ? __ldcg(edge_below + base + lane) : A(0);
       }
-      const int src = static_cast<int>(t & (kWarp - 1));
+      const int src = t & (kWarp - 1);
       A up0 = __shfl_up_sync(kFullMask, w1[R - 1], 1);
       A diag0 = __shfl_up_sync(kFullMask, w2[R - 1], 1);
       const A chunk_up = __shfl_sync(kFullMask, above_up, src);
@@ -125,42 +144,41 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         diag0 = has_above ? chunk_diag : A(0);
       }
       A down = __shfl_down_sync(kFullMask, m2[0] + m1p[0], 1);
-      const A chunk_below = __shfl_sync(kFullMask, below_reg, static_cast<int>(c_last & (kWarp - 1)));
+      const A chunk_below = __shfl_sync(kFullMask, below_reg, c_last & (kWarp - 1));
       if (lane == kWarp - 1) down = has_below ? chunk_below : A(0);
 
       A n1[R], n2[R], n3[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
+        const int c = t - r0 - k;
+        const int r = top + r0 + k;
         n1[k] = n2[k] = n3[k] = A(0);
-        if (c >= 0 && c < n && r < m) {
+        grad[k] = A(0);
+        if (!checked || (c >= 0 && c < n && row_ok[k])) {
           const A up = k == 0 ? up0 : w1[k - 1];
           const A diag = k == 0 ? diag0 : w2[k - 1];
-          const A left = w1[k];
           const A h = w0[k];
           const A g = a.gap.at(b, r, c);
-          const A s = load_as<A>(S + r * a.cols + c) * a.scale;
-          const Weights<A> p = Cell::weights(h, diag + s, up + g, left + g);
+          const Weights<A> p = Cell::weights(h, diag + s[k], up + g, w1[k] + g);
           const A seed = soft_reduction ? exp2_acc(h - total)
-                                        : (r * a.cols + c == target ? A(1) : A(0));
+                                        : (r == target_r && c == target_c ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
           const A E = seed + m3[k] + from_below;
           n1[k] = E * p.p1;
           n2[k] = E * p.p2;
           n3[k] = E * p.p3;
-          a.grad_scores[pair_offset + r * a.cols + c] = store_as<T>(n1[k] * g_out);
-          if (a.grad_gap)
-            a.grad_gap[pair_offset + r * a.cols + c] = store_as<T>((n2[k] + n3[k]) * g_out);
+          grad[k] = n1[k] * g_out;
+          if (a.grad_gap) a.grad_gap[pair_offset + int64_t(r) * a.cols + c] =
+              store_as<T>((n2[k] + n3[k]) * g_out);
         }
       }
 
       // Lane 0's first row is the band's top row: hand its contributions up.
       if (has_above && lane == 0 && t < n) {
         edge_above[t] = n2[0] + m1[0];
-        const int64_t done = n - t;
+        const int done = n - t;
         if ((done & (kWarp - 1)) == 0 || t == 0)
-          store_release(a.ws.flags + unit_id, static_cast<int>(t == 0 ? n : done));
+          store_release(a.ws.flags + unit_id, t == 0 ? n : done);
       }
 
 #pragma unroll
@@ -172,8 +190,106 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         w0[k] = w1[k];
         w1[k] = w2[k];
       }
-      load_diagonal(t - 3, w2);
+    };
+
+    auto checked_steps = [&](int from, int to) {  // t = to - 1 down to from
+      for (int t = to - 1; t >= from; --t) {
+        A s[R], grad[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          const int c = t - r0 - k;
+          s[k] = (c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale : A(0);
+        }
+        step(t, s, grad, true);
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          const int c = t - r0 - k;
+          if (c >= 0 && c < n && row_ok[k]) grow[k][c] = store_as<T>(grad[k]);
+        }
+        load_diagonal(t - 3, w2, true);
+      }
+    };
+
+    int bulk_begin = 0, bulk_end = 0;
+    if constexpr (R == 4) {
+      if (a.vector_ok && rows_here == kBandRows) {
+        const int first = (kBandRows - 1 + 3) & ~3;
+        const int last = n & ~3;
+        if (last > first) {
+          bulk_begin = first;
+          bulk_end = last;
+        }
+      }
     }
+    checked_steps(bulk_end, steps);
+    if constexpr (R == 4) {
+      if (bulk_end > bulk_begin) {
+        // Group g (steps 4g+3 .. 4g) touches, in row k, columns 4q + j - k
+        // (q = g - l, j = 3..0): the head of vector q and the tail of q-1.
+        A vp[R][4], vc[R][4], vn[R][4];
+        A gc[R][4], gn[R][4];  // gradient of vector q (completed this group) and q-1
+        auto load_vec = [&](int k, int q, A (&out)[4]) {
+          if (q >= 0 && 4 * q + 3 < a.cols) {
+            load4<T, A>(srow[k] + 4 * q, a.scale, out);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) out[i] = A(0);
+          }
+        };
+        const int q_top = (bulk_end - 4) / 4 - lane;
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          load_vec(k, q_top, vc[k]);
+          load_vec(k, q_top - 1, vp[k]);
+        }
+        for (int t0 = bulk_end - 4; t0 >= bulk_begin; t0 -= 4) {
+          const int q = t0 / 4 - lane;
+          const bool first_group = t0 == bulk_end - 4;
+#pragma unroll
+          for (int k = 0; k < R; ++k) load_vec(k, q - 2, vn[k]);
+#pragma unroll
+          for (int j = 3; j >= 0; --j) {
+            A s[R], grad[R];
+#pragma unroll
+            for (int k = 0; k < R; ++k) s[k] = j >= k ? vc[k][j - k] : vp[k][4 + j - k];
+            step(t0 + j, s, grad, false);
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+              if (j >= k) gc[k][j - k] = grad[k];
+              else gn[k][4 + j - k] = grad[k];
+            }
+            // H three diagonals back: all inside unless near the fill.
+            const int d = t0 + j - 3;
+            load_diagonal(d, w2, d < kBandRows - 1);
+          }
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            if (first_group) {  // the tail of vector q went out with the checked steps
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                if (i + k <= 3) grow[k][4 * q + i] = store_as<T>(gc[k][i]);
+            } else {
+              store4<T, A>(grow[k] + 4 * q, gc[k]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              gc[k][i] = gn[k][i];
+              vc[k][i] = vp[k][i];
+              vp[k][i] = vn[k][i];
+            }
+          }
+        }
+        // Vector q-1 of the lowest group is only partly done: store its tail,
+        // the checked steps below write the rest.
+        const int q_low = bulk_begin / 4 - lane - 1;
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (i >= 4 - k) grow[k][4 * q_low + i] = store_as<T>(gc[k][i]);
+      }
+    }
+    checked_steps(0, bulk_begin);
   }
 }
 
@@ -217,6 +333,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
              p.gap_open.stride[2], A(p.gap_open.value * double(scale)), scale};
     k.scale = scale;
     k.soft_reduction = p.reduction == Reduction::Soft;
+    k.vector_ok = vector_access_ok(p, p.scores) && vector_access_ok(p, args.grad_scores);
     k.grad_score = static_cast<const T*>(args.grad_score);
     k.hidden = static_cast<const A*>(args.state.hidden);
     k.argmax = args.state.argmax;
@@ -234,10 +351,6 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
       else launch_backward<T, A, 4, false>(k, s);
     }
   });
-}
-
-void double_backward_cuda(const Problem&, const DoubleBackwardArgs&, void*, void*) {
-  throw std::runtime_error("softsw: double backward is not implemented in the CUDA kernels yet");
 }
 
 }  // namespace softsw

@@ -143,6 +143,62 @@ void fill_outside(T* out, int64_t M, int64_t N, int64_t mr, int64_t nr, Acc<T> v
 }
 
 // ---------------------------------------------------------------------------
+// Cell math on the CPU. glibc's exp2 takes a slow errno path whenever its
+// result underflows, which soft Smith-Waterman hits at most cells (a
+// candidate far below the max), so arguments below the smallest normal are
+// flushed to 0 first. CpuLinearCell and CpuSoftTotal mirror LinearCell and
+// SoftTotal of recurrence.h (same formulas, same hard tie order) on this exp2.
+// ---------------------------------------------------------------------------
+
+struct CpuMath {
+  static float exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
+  static double exp2(double x) { return x < -1022.0 ? 0.0 : std::exp2(x); }
+  static float log2(float x) { return std::log2(x); }
+  static double log2(double x) { return std::log2(x); }
+};
+
+template <typename A, bool HARD>
+struct CpuLinearCell {
+  static A value(A v1, A v2, A v3) {
+    if constexpr (HARD) {
+      return LinearCell<A, true>::value(v1, v2, v3);
+    } else {
+      const A a = max_of(A(0), v1), b = min_of(A(0), v1);
+      const A c = max_of(v2, v3), d = min_of(v2, v3);
+      const A m = max_of(a, c), e = min_of(a, c);
+      const A h = m + CpuMath::log2(A(1) + CpuMath::exp2(b - m) + CpuMath::exp2(d - m) +
+                                    CpuMath::exp2(e - m));
+      return is_nan(v1 + v2 + v3) ? quiet_nan<A>() : h;
+    }
+  }
+  static Weights<A> weights(A h, A v1, A v2, A v3) {
+    if constexpr (HARD) {
+      return LinearCell<A, true>::weights(h, v1, v2, v3);
+    } else {
+      return Weights<A>{CpuMath::exp2(v1 - h), CpuMath::exp2(v2 - h), CpuMath::exp2(v3 - h)};
+    }
+  }
+};
+
+template <typename A>
+struct CpuSoftTotal {
+  A max = -std::numeric_limits<A>::infinity();
+  A sum = A(0);
+  void add(A x) {
+    if (x > max) {
+      sum = sum * CpuMath::exp2(max - x) + A(1);
+      max = x;
+    } else {
+      sum += CpuMath::exp2(x - max);
+    }
+    if (is_nan(x)) max = x;
+  }
+  A value() const { return is_nan(max) ? max : max + CpuMath::log2(sum); }
+};
+
+template <typename A, bool HARD> using CpuAffineCell = AffineCell<A, HARD, CpuMath>;
+
+// ---------------------------------------------------------------------------
 // Batch parallelism: pairs are handed out dynamically to std::threads, each
 // with its own scratch buffers. An exception in a worker (bad_alloc) is
 // rethrown on the calling thread.
@@ -305,13 +361,13 @@ template <typename T, bool HARD>
 PairResult<Acc<T>> forward_linear(const PairView<T>& pv, int64_t m, int64_t n, Acc<T>* hid,
                                   bool soft_reduction, Scratch<Acc<T>>& sc) {
   using A = Acc<T>;
-  using Cell = LinearCell<A, HARD>;
+  using Cell = CpuLinearCell<A, HARD>;
   const int64_t N = pv.N;
   A* prev = sc.get(0, n + 1);
   A* cur = sc.get(1, n + 1);
   std::fill(prev, prev + n + 1, A(0));
   cur[0] = A(0);
-  SoftTotal<A> soft;
+  CpuSoftTotal<A> soft;
   MaxArg<A> best;
   for (int64_t i = 1; i <= m; ++i) {
     for (int64_t j = 1; j <= n; ++j) {
@@ -333,8 +389,8 @@ template <typename T, bool HARD>
 PairResult<Acc<T>> forward_affine(const PairView<T>& pv, int64_t m, int64_t n, int64_t MN,
                                   Acc<T>* hid, bool soft_reduction, Scratch<Acc<T>>& sc) {
   using A = Acc<T>;
-  using Lin = LinearCell<A, HARD>;
-  using Aff = AffineCell<A, HARD>;
+  using Lin = CpuLinearCell<A, HARD>;
+  using Aff = CpuAffineCell<A, HARD>;
   const int64_t N = pv.N;
   // Previous row (p) and current row (c) of C, A and U; B and L of the left cell.
   A *Cp = sc.get(0, n + 1), *Ap = sc.get(1, n + 1), *Up = sc.get(2, n + 1);
@@ -343,7 +399,7 @@ PairResult<Acc<T>> forward_affine(const PairView<T>& pv, int64_t m, int64_t n, i
   std::fill(Ap, Ap + n + 1, A(0));
   std::fill(Up, Up + n + 1, -kInf<A>);
   Cc[0] = A(0);
-  SoftTotal<A> soft;
+  CpuSoftTotal<A> soft;
   MaxArg<A> best;
   for (int64_t i = 1; i <= m; ++i) {
     A Bl = A(0), Ll = -kInf<A>;
@@ -461,7 +517,7 @@ template <typename T, bool HARD>
 void tangent_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>* hid,
                     const T* ws, const T* wo, Acc<T>* hdot) {
   using A = Acc<T>;
-  using Cell = LinearCell<A, HARD>;
+  using Cell = CpuLinearCell<A, HARD>;
   const int64_t N = pv.N;
   auto H = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hid[(i - 1) * N + (j - 1)]; };
   auto Hd = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hdot[(i - 1) * nr + (j - 1)]; };
@@ -484,7 +540,7 @@ void reverse_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>*
                     const Acc<T>* hdot, const T* ws, const T* wo, const Seed<Acc<T>>& seed,
                     Acc<T> gs, T* outS, T* outG, Scratch<Acc<T>>& sc) {
   using A = Acc<T>;
-  using Cell = LinearCell<A, HARD>;
+  using Cell = CpuLinearCell<A, HARD>;
   const int64_t N = pv.N;
   const A it = seed.inv_t;
   auto H = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hid[(i - 1) * N + (j - 1)]; };
@@ -503,7 +559,7 @@ void reverse_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>*
       const A v1 = H(i - 1, j - 1) + pv.s(i, j), v2 = H(i - 1, j) + g, v3 = H(i, j - 1) + g;
       const Weights<A> w = Cell::weights(h, v1, v2, v3);
       A e0 = A(0);
-      if (seed.soft) e0 = exp2_acc(h - seed.total);
+      if (seed.soft) e0 = CpuMath::exp2(h - seed.total);
       else if (i == mr && j == nr) e0 = A(1);
       const A E = e0 + in[j] + right;
       const A m1 = E * w.p1, m2 = E * w.p2, m3 = E * w.p3;
@@ -557,7 +613,7 @@ template <typename T, bool HARD>
 void derive_affine_row(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t i, int64_t nr,
                        const AffineRow<Acc<T>>& row) {
   using A = Acc<T>;
-  using Aff = AffineCell<A, HARD>;
+  using Aff = CpuAffineCell<A, HARD>;
   row.D[0] = -kInf<A>;
   row.Ap[0] = A(0);
   row.Bp[0] = A(0);
@@ -588,8 +644,8 @@ AffineWeights<Acc<T>> affine_weights(const PairView<T>& pv, const AffineHidden<T
                                      const AffineRow<Acc<T>>& cur, const AffineRow<Acc<T>>& up,
                                      int64_t i, int64_t j) {
   using A = Acc<T>;
-  using Lin = LinearCell<A, HARD>;
-  using Aff = AffineCell<A, HARD>;
+  using Lin = CpuLinearCell<A, HARD>;
+  using Aff = CpuAffineCell<A, HARD>;
   const A o = pv.open.at(i, j), e = pv.ext.at(i, j);
   const A D = cur.D[j], U = hv.u(i, j), L = hv.l(i, j);
   AffineWeights<A> w;
@@ -667,7 +723,7 @@ void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr
       const int64_t k = (i - 1) * N + (j - 1);
       const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
       A e0 = A(0);
-      if (seed.soft) e0 = exp2_acc(hv.C[k] - seed.total);
+      if (seed.soft) e0 = CpuMath::exp2(hv.C[k] - seed.total);
       else if (i == mr && j == nr) e0 = A(1);
       const A EC = e0 + inC[j], EA = inA[j], EB = rB;
       const A EU = inU[j] + EC * w.c.p2 + EB * w.b.p2;
@@ -822,7 +878,7 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)
-                sdot += exp2_acc(hid[(i - 1) * su.N + (j - 1)] - seed.total) * hdot[(i - 1) * nr + (j - 1)];
+                sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * hdot[(i - 1) * nr + (j - 1)];
           } else {
             sdot = hdot[cells - 1];
           }
@@ -837,7 +893,7 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)
-                sdot += exp2_acc(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * td.get(0, i, j);
+                sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * td.get(0, i, j);
           } else {
             sdot = td.get(0, mr, nr);
           }

@@ -1,6 +1,14 @@
 // Forward pass on CUDA: the linear-gap recurrence over a band wavefront
 // (wavefront.cuh), the max/argmax or soft total reduced in registers and with
 // warp shuffles, and optionally the per-cell state the backward reads.
+//
+// A band runs in three phases: the fill (lanes starting one after another),
+// the bulk (every cell of the step inside the pair) and the drain. The fill
+// and drain check every cell; the bulk, when rows are 16-byte aligned and
+// R = 4, runs unchecked in groups of 4 steps, where each row's scores arrive
+// as one 16-byte load per group (the position of each element inside its
+// vector is a compile-time constant) and each step's hidden state leaves as
+// one 16-byte store per lane.
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -15,6 +23,7 @@ struct ForwardArgs {
   A scale;    // kernel units per caller unit
   A unscale;  // caller units per kernel unit
   bool soft_reduction;
+  bool vector_ok;
   T* score;
   A* hidden;
   int64_t* argmax;
@@ -37,7 +46,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int64_t b = unit / a.nbands;
     const int64_t band = unit % a.nbands;
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
-    const int64_t m = len.m, n = len.n;
+    const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     if (m == 0 || n == 0) {
       if (band == 0 && lane == 0) {
         const A value = len.valid ? A(0) : quiet_nan<A>();
@@ -47,54 +56,46 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
       continue;
     }
-    const int64_t top = band * kBandRows;
+    const int top = static_cast<int>(band) * kBandRows;
     if (top >= m) continue;  // padding rows: no work
-    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
+    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
     const A* edge_above = edges + (unit_id - 1) * a.cols;
     A* edge_below = edges + unit_id * a.cols;
-    const T* S = a.scores + b * a.rows * a.cols;
-    A* hidden = a.hidden ? a.hidden + b * a.rows * a.cols + top * n : nullptr;
+    A* hidden = a.hidden ? a.hidden + b * a.rows * a.cols + int64_t(top) * n : nullptr;
 
     const int r0 = lane * R;  // first row of this lane, within the band
-    A h[R], hp[R];            // each row's last two values (left, and diag of the row below)
+    const T* srow[R];         // this lane's rows of scores
+    bool row_ok[R];
 #pragma unroll
-    for (int k = 0; k < R; ++k) h[k] = hp[k] = A(0);
-    A up_prev = A(0);         // what row 0 received last step: its diagonal now
+    for (int k = 0; k < R; ++k) {
+      row_ok[k] = top + r0 + k < m;
+      srow[k] = a.scores + b * a.rows * a.cols + int64_t(top + r0 + k) * a.cols;
+    }
+
+    A h[R], hp[R];  // each row's last two values (left, and diagonal of the row below)
+    A best[R];      // per-row running max, at step best_t
+    int best_t[R];
+    SoftTotal<A> soft[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      h[k] = hp[k] = best[k] = A(0);
+      best_t[k] = -1;
+    }
+    A up_prev = A(0);  // what row 0 received last step: its diagonal now
     A edge_reg = A(0);
-    MaxArg<A> best;
-    SoftTotal<A> soft;
+    int slot = 0;      // t mod n: where this step's anti-diagonal is stored
 
-    const int lanes_active = (rows_here + R - 1) / R;
-    const int64_t steps = n + int64_t(lanes_active) * R - 1;
-    int64_t slot = 0;  // t mod n: where this step's anti-diagonal is stored
-
-    A s_next[R];
-    auto load_scores = [&](int64_t t, A* out) {
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
-        out[k] = (c >= 0 && c < n && r < m) ? load_as<A>(S + r * a.cols + c) * a.scale : A(0);
-      }
-    };
-    load_scores(0, s_next);
-
-    for (int64_t t = 0; t < steps; ++t) {
-      A s_cur[R];
-#pragma unroll
-      for (int k = 0; k < R; ++k) s_cur[k] = s_next[k];
-      if (t + 1 < steps) load_scores(t + 1, s_next);
-
-      // The row above the band: published by the warp that owns the band above.
+    // One wavefront step; `s[k]` is row k's score in kernel units.
+    auto step = [&](const int t, const A (&s)[R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
-        const int64_t need = t + kWarp < n ? t + kWarp : n;
-        wait_for(a.ws.flags + unit_id - 1, static_cast<int>(need));
+        const int need = t + kWarp < n ? t + kWarp : n;
+        wait_for(a.ws.flags + unit_id - 1, need);
         edge_reg = t + lane < n ? __ldcg(edge_above + t + lane) : A(0);
       }
-      const A from_above = __shfl_sync(kFullMask, edge_reg, static_cast<int>(t & (kWarp - 1)));
+      const A from_above = __shfl_sync(kFullMask, edge_reg, t & (kWarp - 1));
       A up0 = __shfl_up_sync(kFullMask, h[R - 1], 1);
       if (lane == 0) up0 = has_above ? from_above : A(0);
       const A diag0 = up_prev;
@@ -103,22 +104,34 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       A nh[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
+        const int c = t - r0 - k;
         const A up = k == 0 ? up0 : h[k - 1];
         const A diag = k == 0 ? diag0 : hp[k - 1];
-        if (c >= 0 && c < n && r < m) {
-          const A g = a.gap.at(b, r, c);
-          const A v = Cell::value(diag + s_cur[k], up + g, h[k] + g);
+        const bool inside = !checked || (c >= 0 && c < n && row_ok[k]);
+        if (inside) {
+          const A g = a.gap.at(b, top + r0 + k, c);
+          const A v = Cell::value(diag + s[k], up + g, h[k] + g);
           nh[k] = v;
           if (soft_reduction) {
-            soft.add(v);
-          } else {
-            best.add(v, r * a.cols + c);
+            soft[k].add(v);
+          } else if (v > best[k] || (is_nan(v) && !is_nan(best[k]))) {
+            best[k] = v;
+            best_t[k] = t;
           }
-          if (hidden) hidden[slot * rows_here + r0 + k] = v;
         } else {
           nh[k] = c < 0 ? A(0) : h[k];
+        }
+      }
+      if (hidden) {
+        A* at = hidden + int64_t(slot) * rows_here + r0;
+        if (!checked && R == 4 && a.vector_ok) {
+          if constexpr (R == 4) store4<A, A>(at, nh);
+        } else {
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            const int c = t - r0 - k;
+            if (c >= 0 && c < n && row_ok[k]) at[k] = nh[k];
+          }
         }
       }
 #pragma unroll
@@ -126,43 +139,122 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         hp[k] = h[k];
         h[k] = nh[k];
       }
-
       // Hand the band's last row to the band below, 32 columns at a time.
       if (has_below && lane == kWarp - 1) {
-        const int64_t c = t - (kBandRows - 1);
+        const int c = t - (kBandRows - 1);
         if (c >= 0 && c < n) {
           edge_below[c] = h[R - 1];
           if (((c + 1) & (kWarp - 1)) == 0 && c + 1 < n)
-            store_release(a.ws.flags + unit_id, static_cast<int>(c + 1));
+            store_release(a.ws.flags + unit_id, c + 1);
         }
       }
       if (++slot == n) slot = 0;
+    };
+
+    auto checked_steps = [&](int from, int to) {
+      for (int t = from; t < to; ++t) {
+        A s[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          const int c = t - r0 - k;
+          s[k] = (c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale : A(0);
+        }
+        step(t, s, true);
+      }
+    };
+
+    const int lanes_active = (rows_here + R - 1) / R;
+    const int steps = n + lanes_active * R - 1;
+    // The bulk: every lane's every row inside the pair, in whole groups of 4.
+    int bulk_begin = steps, bulk_end = steps;
+    if constexpr (R == 4) {
+      if (a.vector_ok && rows_here == kBandRows) {
+        const int first = (kBandRows - 1 + 3) & ~3;  // first multiple of 4 >= 127
+        const int last = n & ~3;                      // steps t < last have c <= n - 1
+        if (last > first) {
+          bulk_begin = first;
+          bulk_end = last;
+        }
+      }
     }
+    checked_steps(0, bulk_begin);
+    if constexpr (R == 4) {
+      if (bulk_end > bulk_begin) {
+        // Row k's group g reads columns 4(g-l) - k .. 4(g-l) + 3 - k: the tail
+        // of vector q-1 and the head of vector q, q = g - l.
+        A vp[R][4], vc[R][4], vn[R][4];
+        auto load_vec = [&](int k, int q, A (&out)[4]) {
+          if (q >= 0 && 4 * q + 3 < a.cols) {
+            load4<T, A>(srow[k] + 4 * q, a.scale, out);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) out[i] = A(0);
+          }
+        };
+        const int q0 = bulk_begin / 4 - lane;
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          load_vec(k, q0 - 1, vp[k]);
+          load_vec(k, q0, vc[k]);
+        }
+        for (int t = bulk_begin; t < bulk_end; t += 4) {
+          const int q = t / 4 - lane;
+#pragma unroll
+          for (int k = 0; k < R; ++k) load_vec(k, q + 1, vn[k]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            A s[R];
+#pragma unroll
+            for (int k = 0; k < R; ++k) s[k] = j >= k ? vc[k][j - k] : vp[k][4 + j - k];
+            step(t + j, s, false);
+          }
+#pragma unroll
+          for (int k = 0; k < R; ++k)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              vp[k][i] = vc[k][i];
+              vc[k][i] = vn[k][i];
+            }
+        }
+      }
+    }
+    checked_steps(bulk_end, steps);
 
     // This band's share of the reduction, then the pair's result from the
     // last band (every band above has published its partial by then).
     Partial part;
+    SoftTotal<A> band_soft;
+    MaxArg<A> band_best;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      if (soft_reduction) {
+        band_soft.merge(soft[k]);
+      } else if (best_t[k] >= 0) {
+        MaxArg<A> o;
+        o.best = best[k];
+        o.index = int64_t(top + r0 + k) * a.cols + (best_t[k] - r0 - k);
+        band_best.merge(o);
+      }
+    }
     if (soft_reduction) {
-      soft = warp_soft_total(soft);
-      part = {double(soft.max), double(soft.sum)};
+      band_soft = warp_soft_total(band_soft);
+      part = {double(band_soft.max), double(band_soft.sum)};
     } else {
-      best = warp_max(best);
-      part = {double(best.best), double(best.index)};
+      band_best = warp_max(band_best);
+      part = {double(band_best.best), double(band_best.index)};
     }
     if (lane == kWarp - 1) {
       __stcg(&a.ws.partials[unit_id].a, part.a);
       __stcg(&a.ws.partials[unit_id].b, part.b);
-      store_release(a.ws.flags + unit_id, static_cast<int>(n));
+      store_release(a.ws.flags + unit_id, n);
     }
     if (!has_below && lane == 0) {
       // Merge in band order for a result independent of scheduling.
       if (soft_reduction) {
         SoftTotal<A> acc;
         for (int64_t k = 0; k <= band; ++k) {
-          SoftTotal<A> o;
-          if (k == band) {
-            o = soft;
-          } else {
+          SoftTotal<A> o = band_soft;
+          if (k < band) {
             o.max = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
             o.sum = A(__ldcg(&a.ws.partials[unit_id - band + k].b));
           }
@@ -175,10 +267,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       } else {
         MaxArg<A> acc;
         for (int64_t k = 0; k <= band; ++k) {
-          MaxArg<A> o;
-          if (k == band) {
-            o = best;
-          } else {
+          MaxArg<A> o = band_best;
+          if (k < band) {
             o.best = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
             o.index = static_cast<int64_t>(__ldcg(&a.ws.partials[unit_id - band + k].b));
           }
@@ -230,6 +320,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     args.scale = scale;
     args.unscale = A(p.temperature > 0 ? p.temperature * kLn2 : 1.0);
     args.soft_reduction = p.reduction == Reduction::Soft;
+    args.vector_ok = vector_access_ok(p, p.scores);
     args.score = static_cast<T*>(out.score);
     args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;

@@ -182,7 +182,13 @@ struct PrimeWeights {
   A p1, p2;  // weights of x and y in softmax_T(0, x, y)
 };
 
-template <typename A, bool HARD>
+// The exp2 / log2 an AffineCell uses; a backend may pass its own policy.
+struct AccMath {
+  template <typename A> SOFTSW_HD static A exp2(A x) { return exp2_acc(x); }
+  template <typename A> SOFTSW_HD static A log2(A x) { return log2_acc(x); }
+};
+
+template <typename A, bool HARD, typename Math = AccMath>
 struct AffineCell {
   // softmax_T(vo, ve): -inf when both are -inf (no path), NaN if either is.
   SOFTSW_HD static A gap(A vo, A ve) {
@@ -191,7 +197,7 @@ struct AffineCell {
       h = max_of(vo, ve);
     } else {
       const A m = max_of(vo, ve), d = min_of(vo, ve);
-      h = m == -std::numeric_limits<A>::infinity() ? m : m + log2_acc(A(1) + exp2_acc(d - m));
+      h = m == -std::numeric_limits<A>::infinity() ? m : m + Math::log2(A(1) + Math::exp2(d - m));
     }
     return is_nan(vo) || is_nan(ve) ? quiet_nan<A>() : h;
   }
@@ -204,8 +210,8 @@ struct AffineCell {
       w.open = to ? A(1) : A(0);
       w.extend = te ? A(1) : A(0);
     } else {
-      w.open = none ? A(0) : exp2_acc(vo - h);
-      w.extend = none ? A(0) : exp2_acc(ve - h);
+      w.open = none ? A(0) : Math::exp2(vo - h);
+      w.extend = none ? A(0) : Math::exp2(ve - h);
     }
     return w;
   }
@@ -217,7 +223,7 @@ struct AffineCell {
     } else {
       const A a = max_of(A(0), x), b = min_of(A(0), x);
       const A m = max_of(a, y), e = min_of(a, y);
-      h = m + log2_acc(A(1) + exp2_acc(b - m) + exp2_acc(e - m));
+      h = m + Math::log2(A(1) + Math::exp2(b - m) + Math::exp2(e - m));
     }
     return is_nan(x) || is_nan(y) ? quiet_nan<A>() : h;
   }
@@ -230,8 +236,8 @@ struct AffineCell {
       w.p1 = t1 ? A(1) : A(0);
       w.p2 = t2 ? A(1) : A(0);
     } else {
-      w.p1 = exp2_acc(x - h);
-      w.p2 = exp2_acc(y - h);
+      w.p1 = Math::exp2(x - h);
+      w.p2 = Math::exp2(y - h);
     }
     return w;
   }

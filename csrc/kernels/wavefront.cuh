@@ -71,6 +71,43 @@ template <typename T, typename A> __device__ __forceinline__ T store_as(A x) {
 }
 template <> __device__ __forceinline__ double store_as<double, double>(double x) { return x; }
 
+// Four consecutive elements (16-byte aligned for float, 8 for half types,
+// 32 for double), converted to / from the accumulate type.
+template <typename T, typename A>
+__device__ __forceinline__ void load4(const T* p, A scale, A (&out)[4]) {
+  if constexpr (sizeof(T) == 8) {
+    const double2 x = __ldg(reinterpret_cast<const double2*>(p));
+    const double2 y = __ldg(reinterpret_cast<const double2*>(p) + 1);
+    out[0] = A(x.x) * scale; out[1] = A(x.y) * scale;
+    out[2] = A(y.x) * scale; out[3] = A(y.y) * scale;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+    out[0] = A(x.x) * scale; out[1] = A(x.y) * scale;
+    out[2] = A(x.z) * scale; out[3] = A(x.w) * scale;
+  } else {
+    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+    const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = A(to_float<T>(h[i])) * scale;
+  }
+}
+
+template <typename T, typename A>
+__device__ __forceinline__ void store4(T* p, const A (&v)[4]) {
+  if constexpr (sizeof(T) == 8) {
+    reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+    reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+  } else if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    uint2 raw;
+    T* h = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = store_as<T>(v[i]);
+    *reinterpret_cast<uint2*>(p) = raw;
+  }
+}
+
 // A gap score, constant or a strided (B, M, N) tensor, in kernel units.
 template <typename T, typename A>
 struct GapReader {
@@ -87,9 +124,20 @@ struct GapReader {
 // Problem geometry
 // --------------------------------------------------------------------------
 
-// Rows per thread: 1 for short queries (a band of 32 rows wastes little),
-// 4 otherwise (4 independent cells per step hide the cell's latency).
-inline int rows_per_thread(const Problem& p) { return p.rows <= 32 ? 1 : 4; }
+// Rows per thread. A band takes n + 32R - 1 steps for n columns, so tall
+// bands waste the fill and drain on short targets; on long ones 4 rows per
+// thread give 4 independent cells per step (hiding the cell's latency) and
+// 16-byte loads and stores.
+inline int rows_per_thread(const Problem& p) {
+  return p.rows <= 32 || p.cols < 256 ? 1 : 4;
+}
+
+// Whether 16-byte vector access lines up for every pair and band: rows of
+// `scores` start on a multiple of 4 elements, as does each band of `hidden`.
+inline bool vector_access_ok(const Problem& p, const void* scores) {
+  const uintptr_t align = p.dtype == Dtype::Float64 ? 16 : p.dtype == Dtype::Float32 ? 16 : 8;
+  return p.cols % 4 == 0 && reinterpret_cast<uintptr_t>(scores) % align == 0;
+}
 
 inline int64_t band_count(const Problem& p) {
   const int64_t band_rows = int64_t(kWarp) * rows_per_thread(p);
@@ -151,6 +199,39 @@ inline int64_t workspace_bytes(const Problem& p) {
          align16(units * p.cols * acc);
 }
 
+// Double backward: the workspace above, then a second edge buffer (the
+// reverse pass hands up E- and Edot-contributions), the per-pair soft-seed
+// tangent sdot, and the tangent Hdot in the layout of `hidden`:
+//   [workspace_bytes(p)] [edges_dot: units x cols x acc] [sdot: batch x acc]
+//   [hdot: hidden_elements x acc]
+struct DoubleBackwardWorkspace {
+  Workspace ws;     // ticket, flags, partials, edges: as for the other passes
+  void* edges_dot;
+  void* sdot;
+  void* hdot;
+};
+
+inline int64_t double_backward_workspace_bytes(const Problem& p) {
+  const int64_t units = p.batch * band_count(p);
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  return workspace_bytes(p) + align16(units * p.cols * acc) + align16(p.batch * acc) +
+         align16(hidden_elements(p.batch, p.rows, p.cols, p.affine) * acc);
+}
+
+inline DoubleBackwardWorkspace carve_double_backward_workspace(const Problem& p, void* base) {
+  const int64_t units = p.batch * band_count(p);
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  DoubleBackwardWorkspace w;
+  w.ws = carve_workspace(p, base);
+  char* at = static_cast<char*>(base) + workspace_bytes(p);
+  w.edges_dot = at;
+  at += align16(units * p.cols * acc);
+  w.sdot = at;
+  at += align16(p.batch * acc);
+  w.hdot = at;
+  return w;
+}
+
 // Tickets and flags start at zero for every pass.
 inline void clear_sync_state(const Problem& p, const Workspace& w, cudaStream_t stream) {
   const int64_t units = p.batch * band_count(p);
@@ -198,6 +279,16 @@ __device__ __forceinline__ MaxArg<A> warp_max(MaxArg<A> x) {
     o.index = __shfl_xor_sync(kFullMask, x.index, off);
     x.merge(o);
   }
+  return x;
+}
+
+// Sum over the warp with a fixed butterfly. Both partners of every exchange
+// add the same two values (a + b == b + a exactly), so every lane ends with
+// the same bits, independent of scheduling.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(kFullMask, x, off);
   return x;
 }
 

@@ -7,6 +7,7 @@
 
 See ``softsw.align`` for the semantics and arguments.
 """
+from .info import build_info  # noqa: F401  (checks this build against torch, loads _C)
 from . import _ops  # noqa: F401  (registers fake kernels and autograd)
 from .api import SoftSmithWaterman, align, alignment
 

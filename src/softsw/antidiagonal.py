@@ -170,8 +170,15 @@ def _run(s: torch.Tensor, open_d, extend_d, affine: bool, hard: bool, safe_gaps:
         # (logaddexp's double backward is NaN where an input is -inf; logsumexp's is not)
         return _soft2_safe(a, b) if safe_gaps else _soft([a, b])
 
-    def gap(g, off, length):
-        return g if isinstance(g, float) else g[:, off:off + length]
+    # One split per input (not a slice per diagonal: each slice's backward would
+    # allocate a gradient as large as the whole input).
+    sizes = [t[1] for t in layout.diagonals]
+
+    def chunks(t):
+        return [t] * len(sizes) if isinstance(t, float) else torch.split(t, sizes, dim=1)
+
+    s_parts, open_parts = chunks(s), chunks(open_d)
+    extend_parts = chunks(extend_d) if affine else s_parts
 
     out: List[torch.Tensor] = []
     ninf = -math.inf
@@ -182,9 +189,8 @@ def _run(s: torch.Tensor, open_d, extend_d, affine: bool, hard: bool, safe_gaps:
         cdl1, cdu1 = c1, c1                           # C' = softmax(0, D, L) / (0, D, U)
         u1 = s.new_full((batch, 2), ninf)             # U, L on d - 1
         l1 = u1
-    for off, length, _lo, pad_lo, pad_hi, diag_off in layout.diagonals:
-        sd = s[:, off:off + length]
-        go = gap(open_d, off, length)
+    for (_off, length, _lo, pad_lo, pad_hi, diag_off), sd, go, ge in zip(
+            layout.diagonals, s_parts, open_parts, extend_parts):
         pad = (pad_lo, pad_hi)
         if not affine:
             h = node([None,
@@ -194,7 +200,6 @@ def _run(s: torch.Tensor, open_d, extend_d, affine: bool, hard: bool, safe_gaps:
             out.append(h)
             c2, c1 = c1, F.pad(h, pad)
             continue
-        ge = gap(extend_d, off, length)
         d_ = c2[:, diag_off:diag_off + length] + sd
         u = node2(cdl1[:, 0:length] + go, u1[:, 0:length] + ge)
         l_ = node2(cdu1[:, 1:1 + length] + go, l1[:, 1:1 + length] + ge)

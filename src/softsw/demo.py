@@ -238,6 +238,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", default="BLOSUM62",
                    help="substitution matrix: a name (BLOSUM62 ships with softsw; PAM250 and "
                         "the others need Biopython) or an NCBI-format file (default: BLOSUM62)")
+    p.add_argument("--unknown", default=None, metavar="LETTER",
+                   help="score letters that the matrix lacks as this one, e.g. X "
+                        "(default: reject them)")
     p.add_argument("--gap-open", type=float, default=-4.0,
                    help="score added for opening a gap (negative penalises; default: -4)")
     p.add_argument("--gap-extend", type=float, default=None,
@@ -278,7 +281,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dtype = getattr(torch, args.dtype)
     try:
         matrix = scoring.as_matrix(args.matrix)
-        scores = scoring.score_matrix(query, target, matrix, device=device, dtype=dtype)
+        scores = scoring.score_matrix(query, target, matrix, unknown=args.unknown,
+                                      device=device, dtype=dtype)
     except (ValueError, OSError) as err:
         parser.error(str(err))
 
@@ -301,7 +305,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if pairs:
         print(f"  recomputed from the alignment below   "
               f"{path_score(scores, pairs, gap_open, gap_extend):g}")
-    bio = biopython_score(query, target, matrix, gap_open, gap_extend)
+    if args.unknown is not None:  # Biopython rejects letters outside the alphabet
+        known = set(matrix.alphabet)
+        bio_q, bio_t = ("".join(c if c in known else args.unknown.upper() for c in s)
+                        for s in (query, target))
+    else:
+        bio_q, bio_t = query, target
+    bio = biopython_score(bio_q, bio_t, matrix, gap_open, gap_extend)
     if bio is None:
         print("  Biopython PairwiseAligner             (Biopython not installed)")
     else:

@@ -389,8 +389,8 @@ def _unknown_message(letter: str, pos: int, index: int, single: bool, what: str,
                      alphabet: str) -> str:
     which = what if single else f"{what} {index}"
     return (f"softsw.scoring: letter {letter!r} at position {pos} of {which} is not in the "
-            f"substitution matrix's alphabet {alphabet!r}; pass unknown='X' (or another "
-            f"symbol of the alphabet) to score unknown letters as that symbol")
+            f"substitution matrix's alphabet {alphabet!r}; to score unknown letters as a "
+            f"symbol of the alphabet instead, pass unknown='X' (or another symbol)")
 
 
 # --------------------------------------------------------------------------

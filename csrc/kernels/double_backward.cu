@@ -1,0 +1,562 @@
+// Double backward on CUDA: the Hessian-vector product of MATH.md ("Double
+// backward"), linear gaps, as two more band wavefronts (wavefront.cuh):
+//
+// 1. tangent_wavefront (forward order, forward.cu's skeleton): the tangent
+//      Hdot[i,j] = p1 (Hdot[i-1,j-1] + W_ij) + p2 (Hdot[i-1,j] + Wg_ij)
+//                + p3 (Hdot[i,j-1] + Wg_ij)
+//    with p_k recomputed from the forward's saved H, stored in a workspace
+//    buffer with the layout of `hidden`; the band's last row goes to the band
+//    below through the edge buffer. For reduction="soft" also the seed's
+//    tangent sdot = sum_ij q_ij Hdot_ij, q = 2^(H - total) (kernel units),
+//    reduced per warp and merged in band order by the pair's bottom band.
+//
+// 2. reverse_tangent_wavefront (backward order, backward.cu's skeleton): the
+//    adjoint E of backward.cu and its tangent
+//      Edot = e0dot + sum over readers r of (Edot[r] p_k(r) + E[r] pdot_k(r)),
+//      pdot_k = p_k (vdot_k - Hdot) / T,  e0dot = q (Hdot - sdot) / T (soft), 0 (max),
+//    writing hvp_S = g_out (Edot p1 + E pdot1), hvp_g = g_out (Edot (p2+p3) + E (pdot2+pdot3))
+//    and grad_grad_score = sum_ij W_ij E p1 + Wg_ij E (p2+p3) = <W, A>, reduced
+//    per warp and merged in band order by the pair's top band (the last to
+//    finish in reverse order). Band edges carry two values per column: the
+//    E-contributions (ws.edges) and the Edot-contributions (edges_dot).
+//
+// Units. p_k, q and the weights are computed exactly as in backward.cu, from
+// H, S, g in kernel units (soft: caller units / (T ln 2)). Everything tangent
+// (W, Wg, Hdot, sdot, and hence pdot = p (vdot - Hdot) * inv_t with
+// inv_t = 1 / T) stays in caller units, as in cpu.cpp, so no tangent is ever
+// rescaled. E is a ratio of two caller-unit quantities (d score / d H), so
+// it is the same number in both unit systems.
+//
+// T = 0: the Hessian is zero almost everywhere. The tangent pass is skipped,
+// hvp is cleared, and the reverse pass (HARD) computes E only, for <W, A>.
+#include "wavefront.cuh"
+
+namespace softsw {
+namespace cuda {
+
+template <typename T, typename A>
+struct DoubleBackwardKernelArgs {
+  int64_t batch, rows, cols, nbands;
+  const T* scores;
+  const int64_t* lengths;
+  GapReader<T, A> gap;
+  A scale;      // kernel units per caller unit
+  A inv_t;      // 1 / T in caller units (0 when hard)
+  bool soft_reduction;
+  const T* grad_score;
+  const T* dir_scores;  // W, or nullptr (zero)
+  const T* dir_gap;     // Wg, or nullptr (zero)
+  const A* hidden;
+  const int64_t* argmax;
+  const A* total;
+  A* hdot;       // workspace: Hdot, hidden's layout
+  A* sdot;       // workspace: (B,) soft-seed tangent, caller units
+  A* edges_dot;  // workspace: second edge buffer (reverse pass)
+  T* grad_grad_score;
+  T* hvp_scores;
+  T* hvp_gap;    // or nullptr
+  Workspace ws;
+};
+
+// --------------------------------------------------------------------------
+// Pass 1: tangent forward (T > 0 only)
+// --------------------------------------------------------------------------
+
+// Double: without a minimum of one block per SM, ptxas's heuristics cap this
+// kernel at 128 registers and spill around the fp64 exp2; with it, no spills.
+// Float: 0, i.e. the default (the minimum would raise its register count).
+template <typename T, typename A, int R>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 1 : 0)
+    tangent_wavefront(const DoubleBackwardKernelArgs<T, A> a) {
+  using Cell = LinearCell<A, false>;
+  constexpr int kBandRows = kWarp * R;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const bool soft_reduction = a.soft_reduction;
+  A* const edges = static_cast<A*>(a.ws.edges);
+
+  for (;;) {
+    const long long unit = next_unit(a.ws.ticket);
+    if (unit >= a.batch * a.nbands) return;
+    const int64_t b = unit / a.nbands;
+    const int64_t band = unit % a.nbands;
+    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
+    const int64_t m = len.m, n = len.n;
+    // Invalid and empty pairs: the reverse pass writes their outputs.
+    if (!len.valid || m == 0 || n == 0) continue;
+    const int64_t top = band * kBandRows;
+    if (top >= m) continue;  // padding rows: no work
+    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
+    const bool has_above = band > 0;
+    const bool has_below = top + kBandRows < m;
+    const int64_t unit_id = b * a.nbands + band;
+    const A* edge_above = edges + (unit_id - 1) * a.cols;
+    A* edge_below = edges + unit_id * a.cols;
+    const int64_t pair_offset = b * a.rows * a.cols;
+    const T* S = a.scores + pair_offset;
+    const T* W = a.dir_scores ? a.dir_scores + pair_offset : nullptr;
+    const T* Wg = a.dir_gap ? a.dir_gap + pair_offset : nullptr;
+    const A* hidden = a.hidden + pair_offset + top * n;
+    const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
+    A* hdot = a.hdot + pair_offset + top * n;
+    const A total = soft_reduction ? a.total[b] : A(0);
+
+    const int r0 = lane * R;  // first row of this lane, within the band
+    // Each row's last two H (left, and diag of the row below) and Hdot likewise.
+    A h[R], hp[R], hd[R], hdp[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) h[k] = hp[k] = hd[k] = hdp[k] = A(0);
+    A up_prev = A(0), dup_prev = A(0);  // what row 0 received last step: its diagonal now
+    A above_reg = A(0);                 // H of the row above the band (lane's chunk column)
+    A edge_reg = A(0);                  // Hdot of the row above the band
+    A sdot = A(0);                      // this thread's share of sum q Hdot
+
+    const int lanes_active = (rows_here + R - 1) / R;
+    const int64_t steps = n + int64_t(lanes_active) * R - 1;
+    int64_t slot = 0;  // t mod n: where this step's anti-diagonal is stored
+
+    // H of this lane's cells at step t (0 outside), one step ahead.
+    A h_next[R];
+    auto load_cells = [&](int64_t t, int64_t at_slot, A* out) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int64_t c = t - r0 - k;
+        out[k] = (c >= 0 && c < n && top + r0 + k < m)
+                     ? __ldg(hidden + at_slot * rows_here + r0 + k)
+                     : A(0);
+      }
+    };
+    load_cells(0, 0, h_next);
+
+    for (int64_t t = 0; t < steps; ++t) {
+      A h_cur[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k) h_cur[k] = h_next[k];
+      if (t + 1 < steps) load_cells(t + 1, slot + 1 == n ? 0 : slot + 1, h_next);
+
+      // The row above the band: H from the forward's state, Hdot published
+      // by the warp that owns the band above.
+      if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
+        const int64_t need = t + kWarp < n ? t + kWarp : n;
+        wait_for(a.ws.flags + unit_id - 1, static_cast<int>(need));
+        const int64_t c = t + lane;
+        edge_reg = c < n ? __ldcg(edge_above + c) : A(0);
+        above_reg = c < n ? __ldg(hidden_above + ((kBandRows - 1 + c) % n) * kBandRows +
+                                  kBandRows - 1)
+                          : A(0);
+      }
+      const int src = static_cast<int>(t & (kWarp - 1));
+      const A from_above = __shfl_sync(kFullMask, above_reg, src);
+      const A dfrom_above = __shfl_sync(kFullMask, edge_reg, src);
+      A up0 = __shfl_up_sync(kFullMask, h[R - 1], 1);
+      A dup0 = __shfl_up_sync(kFullMask, hd[R - 1], 1);
+      if (lane == 0) {
+        up0 = has_above ? from_above : A(0);
+        dup0 = has_above ? dfrom_above : A(0);
+      }
+      const A diag0 = up_prev, ddiag0 = dup_prev;
+      up_prev = up0;
+      dup_prev = dup0;
+
+      A nh[R], nhd[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int64_t c = t - r0 - k;
+        const int64_t r = top + r0 + k;
+        const A up = k == 0 ? up0 : h[k - 1];
+        const A diag = k == 0 ? diag0 : hp[k - 1];
+        const A dup = k == 0 ? dup0 : hd[k - 1];
+        const A ddiag = k == 0 ? ddiag0 : hdp[k - 1];
+        if (c >= 0 && c < n && r < m) {
+          const int64_t e = r * a.cols + c;
+          const A g = a.gap.at(b, r, c);
+          const A s = load_as<A>(S + e) * a.scale;
+          const A hv = h_cur[k];
+          const Weights<A> p = Cell::weights(hv, diag + s, up + g, h[k] + g);
+          const A w_s = W ? load_as<A>(W + e) : A(0);
+          const A w_g = Wg ? load_as<A>(Wg + e) : A(0);
+          const A v = p.p1 * (ddiag + w_s) + p.p2 * (dup + w_g) + p.p3 * (hd[k] + w_g);
+          nh[k] = hv;
+          nhd[k] = v;
+          if (soft_reduction) sdot += exp2_acc(hv - total) * v;
+          hdot[slot * rows_here + r0 + k] = v;
+        } else {
+          nh[k] = c < 0 ? A(0) : h[k];
+          nhd[k] = c < 0 ? A(0) : hd[k];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        hp[k] = h[k];
+        h[k] = nh[k];
+        hdp[k] = hd[k];
+        hd[k] = nhd[k];
+      }
+
+      // Hand the band's last row's Hdot to the band below, 32 columns at a time.
+      if (has_below && lane == kWarp - 1) {
+        const int64_t c = t - (kBandRows - 1);
+        if (c >= 0 && c < n) {
+          edge_below[c] = hd[R - 1];
+          if (((c + 1) & (kWarp - 1)) == 0 && c + 1 < n)
+            store_release(a.ws.flags + unit_id, static_cast<int>(c + 1));
+        }
+      }
+      if (++slot == n) slot = 0;
+    }
+
+    // This band's share of sdot (zero unless soft), published with the final
+    // flag; the pair's bottom band merges the shares in band order (every
+    // band above has published its share by the time it has waited for the
+    // last columns of the band above).
+    sdot = warp_sum(sdot);
+    if (lane == kWarp - 1) {
+      __stcg(&a.ws.partials[unit_id].a, double(sdot));
+      store_release(a.ws.flags + unit_id, static_cast<int>(n));
+    }
+    if (!has_below && lane == 0 && soft_reduction) {
+      A acc = A(0);
+      for (int64_t k = 0; k <= band; ++k)
+        acc += k == band ? sdot : A(__ldcg(&a.ws.partials[unit_id - band + k].a));
+      a.sdot[b] = acc;
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Pass 2: reverse wavefront carrying E and Edot (HARD: E only)
+// --------------------------------------------------------------------------
+
+template <typename T, typename A, int R, bool HARD>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+    reverse_tangent_wavefront(const DoubleBackwardKernelArgs<T, A> a) {
+  using Cell = LinearCell<A, HARD>;
+  constexpr bool TAN = !HARD;  // carry the tangents (T > 0)
+  constexpr int kBandRows = kWarp * R;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const bool soft_reduction = a.soft_reduction && !HARD;
+  A* const edges = static_cast<A*>(a.ws.edges);
+  A* const edges_dot = a.edges_dot;
+
+  for (;;) {
+    const long long unit = next_unit(a.ws.ticket);
+    if (unit >= a.batch * a.nbands) return;
+    const int64_t b = unit / a.nbands;
+    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
+    const int64_t m = len.m, n = len.n;
+    if (!len.valid) {
+      if (band == 0) {
+        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
+          a.hvp_scores[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
+          if (a.hvp_gap) a.hvp_gap[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
+        }
+        if (lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
+      }
+      continue;
+    }
+    if (m == 0 || n == 0) {  // hvp was cleared
+      if (band == 0 && lane == 0) a.grad_grad_score[b] = store_as<T>(A(0));
+      continue;
+    }
+    const int64_t top = band * kBandRows;
+    if (top >= m) continue;  // outputs were cleared
+    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
+    const bool has_above = band > 0;
+    const bool has_below = top + kBandRows < m;
+    const int64_t unit_id = b * a.nbands + band;
+    const A* edge_below = edges + (unit_id + 1) * a.cols;
+    A* edge_above = edges + unit_id * a.cols;
+    const A* edge_dot_below = edges_dot + (unit_id + 1) * a.cols;
+    A* edge_dot_above = edges_dot + unit_id * a.cols;
+    const int64_t pair_offset = b * a.rows * a.cols;
+    const T* S = a.scores + pair_offset;
+    const T* W = a.dir_scores ? a.dir_scores + pair_offset : nullptr;
+    const T* Wg = a.dir_gap ? a.dir_gap + pair_offset : nullptr;
+    const A* hidden = a.hidden + pair_offset + top * n;
+    const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
+    const A* hdot = a.hdot + pair_offset + top * n;
+    const A* hdot_above = a.hdot + pair_offset + (top - kBandRows) * n;
+    const A g_out = load_as<A>(a.grad_score + b);
+    const A total = a.total[b];
+    const int64_t target = a.argmax[b];
+    const A sdot = soft_reduction ? a.sdot[b] : A(0);
+    const A inv_t = a.inv_t;
+
+    const int r0 = lane * R;
+    const int lanes_active = (rows_here + R - 1) / R;
+    const int64_t steps = n + int64_t(lanes_active) * R - 1;
+
+    // H (or Hdot) of this lane's rows on anti-diagonal d (0 where the cell is outside).
+    auto load_diagonal = [&](const A* base, int64_t d, A* out) {
+      const int64_t slot = d >= 0 ? d % n : 0;
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int64_t c = d - r0 - k;
+        out[k] = (c >= 0 && c < n && top + r0 + k < m) ? __ldg(base + slot * rows_here + r0 + k)
+                                                       : A(0);
+      }
+    };
+    A w0[R], w1[R], w2[R];  // H on anti-diagonals t, t-1, t-2
+    A d0[R], d1[R], d2[R];  // Hdot on anti-diagonals t, t-1, t-2 (TAN)
+    load_diagonal(hidden, steps - 1, w0);
+    load_diagonal(hidden, steps - 2, w1);
+    load_diagonal(hidden, steps - 3, w2);
+    if constexpr (TAN) {
+      load_diagonal(hdot, steps - 1, d0);
+      load_diagonal(hdot, steps - 2, d1);
+      load_diagonal(hdot, steps - 3, d2);
+    }
+
+    // Contributions E * p_k this lane's rows made on the last two steps, and
+    // their tangents Edot * p_k + E * pdot_k (TAN).
+    A m1[R], m1p[R], m2[R], m3[R];
+    A q1[R], q1p[R], q2[R], q3[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      m1[k] = m1p[k] = m2[k] = m3[k] = A(0);
+      q1[k] = q1p[k] = q2[k] = q3[k] = A(0);
+    }
+    A above_up = A(0), above_diag = A(0);    // H of the row above the band (lane 0's chunk)
+    A above_dup = A(0), above_ddiag = A(0);  // Hdot of the row above the band (TAN)
+    A below_reg = A(0), below_dreg = A(0);   // contributions of the band below (lane 31's chunk)
+    A gg = A(0);                             // this thread's share of <W, A>
+
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      // Row above the band, for lane 0: H and Hdot at (top-1, t) and (top-1, t-1),
+      // 32 columns at a time.
+      if (has_above && t < n && ((t & (kWarp - 1)) == kWarp - 1 || t == n - 1)) {
+        const int64_t c = (t & ~int64_t(kWarp - 1)) + lane;
+        const int64_t slot_up = (kBandRows - 1 + c) % n;
+        const int64_t slot_diag = (kBandRows - 1 + c - 1 + n) % n;
+        const int64_t at_up = slot_up * kBandRows + kBandRows - 1;
+        const int64_t at_diag = slot_diag * kBandRows + kBandRows - 1;
+        const bool ok_up = c < n, ok_diag = c >= 1 && c - 1 < n;
+        above_up = ok_up ? __ldg(hidden_above + at_up) : A(0);
+        above_diag = ok_diag ? __ldg(hidden_above + at_diag) : A(0);
+        if constexpr (TAN) {
+          above_dup = ok_up ? __ldg(hdot_above + at_up) : A(0);
+          above_ddiag = ok_diag ? __ldg(hdot_above + at_diag) : A(0);
+        }
+      }
+      // Contributions of the band below, for lane 31's last row.
+      const int64_t c_last = t - (kBandRows - 1);
+      if (has_below && c_last >= 0 && c_last < n &&
+          ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
+        const int64_t base = c_last & ~int64_t(kWarp - 1);
+        wait_for(a.ws.flags + unit_id + 1, static_cast<int>(n - base));
+        below_reg = base + lane < n ? __ldcg(edge_below + base + lane) : A(0);
+        if constexpr (TAN) below_dreg = base + lane < n ? __ldcg(edge_dot_below + base + lane) : A(0);
+      }
+      const int src = static_cast<int>(t & (kWarp - 1));
+      const int src_below = static_cast<int>(c_last & (kWarp - 1));
+      A up0 = __shfl_up_sync(kFullMask, w1[R - 1], 1);
+      A diag0 = __shfl_up_sync(kFullMask, w2[R - 1], 1);
+      const A chunk_up = __shfl_sync(kFullMask, above_up, src);
+      const A chunk_diag = __shfl_sync(kFullMask, above_diag, src);
+      if (lane == 0) {
+        up0 = has_above ? chunk_up : A(0);
+        diag0 = has_above ? chunk_diag : A(0);
+      }
+      A down = __shfl_down_sync(kFullMask, m2[0] + m1p[0], 1);
+      const A chunk_below = __shfl_sync(kFullMask, below_reg, src_below);
+      if (lane == kWarp - 1) down = has_below ? chunk_below : A(0);
+      A dup0 = A(0), ddiag0 = A(0), down_d = A(0);
+      if constexpr (TAN) {
+        dup0 = __shfl_up_sync(kFullMask, d1[R - 1], 1);
+        ddiag0 = __shfl_up_sync(kFullMask, d2[R - 1], 1);
+        const A chunk_dup = __shfl_sync(kFullMask, above_dup, src);
+        const A chunk_ddiag = __shfl_sync(kFullMask, above_ddiag, src);
+        if (lane == 0) {
+          dup0 = has_above ? chunk_dup : A(0);
+          ddiag0 = has_above ? chunk_ddiag : A(0);
+        }
+        down_d = __shfl_down_sync(kFullMask, q2[0] + q1p[0], 1);
+        const A chunk_dbelow = __shfl_sync(kFullMask, below_dreg, src_below);
+        if (lane == kWarp - 1) down_d = has_below ? chunk_dbelow : A(0);
+      }
+
+      A n1[R], n2[R], n3[R];
+      A nq1[R], nq2[R], nq3[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int64_t c = t - r0 - k;
+        const int64_t r = top + r0 + k;
+        n1[k] = n2[k] = n3[k] = A(0);
+        nq1[k] = nq2[k] = nq3[k] = A(0);
+        if (c >= 0 && c < n && r < m) {
+          const int64_t e = r * a.cols + c;
+          const A up = k == 0 ? up0 : w1[k - 1];
+          const A diag = k == 0 ? diag0 : w2[k - 1];
+          const A left = w1[k];
+          const A h = w0[k];
+          const A g = a.gap.at(b, r, c);
+          const A s = load_as<A>(S + e) * a.scale;
+          const Weights<A> p = Cell::weights(h, diag + s, up + g, left + g);
+          const A seed = soft_reduction ? exp2_acc(h - total) : (e == target ? A(1) : A(0));
+          const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
+          const A E = seed + m3[k] + from_below;
+          n1[k] = E * p.p1;
+          n2[k] = E * p.p2;
+          n3[k] = E * p.p3;
+          const A w_s = W ? load_as<A>(W + e) : A(0);
+          const A w_g = Wg ? load_as<A>(Wg + e) : A(0);
+          gg += w_s * n1[k] + w_g * (n2[k] + n3[k]);
+          if constexpr (TAN) {
+            const A hd = d0[k];
+            const A hd_up = k == 0 ? dup0 : d1[k - 1];
+            const A hd_diag = k == 0 ? ddiag0 : d2[k - 1];
+            const A hd_left = d1[k];
+            const A pd1 = p.p1 * (hd_diag + w_s - hd) * inv_t;
+            const A pd2 = p.p2 * (hd_up + w_g - hd) * inv_t;
+            const A pd3 = p.p3 * (hd_left + w_g - hd) * inv_t;
+            const A seed_d = soft_reduction ? seed * (hd - sdot) * inv_t : A(0);
+            const A from_below_d = k == R - 1 ? down_d : q2[k + 1] + q1p[k + 1];
+            const A Ed = seed_d + q3[k] + from_below_d;
+            nq1[k] = Ed * p.p1 + E * pd1;
+            nq2[k] = Ed * p.p2 + E * pd2;
+            nq3[k] = Ed * p.p3 + E * pd3;
+            a.hvp_scores[pair_offset + e] = store_as<T>(nq1[k] * g_out);
+            if (a.hvp_gap) a.hvp_gap[pair_offset + e] = store_as<T>((nq2[k] + nq3[k]) * g_out);
+          }
+        }
+      }
+
+      // Lane 0's first row is the band's top row: hand its contributions up.
+      // The flag for the last columns (n) is released after the loop, with
+      // this band's share of <W, A>.
+      if (has_above && lane == 0 && t < n) {
+        edge_above[t] = n2[0] + m1[0];
+        if constexpr (TAN) edge_dot_above[t] = nq2[0] + q1[0];
+        const int64_t done = n - t;
+        if (t > 0 && (done & (kWarp - 1)) == 0)
+          store_release(a.ws.flags + unit_id, static_cast<int>(done));
+      }
+
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        m1p[k] = m1[k];
+        m1[k] = n1[k];
+        m2[k] = n2[k];
+        m3[k] = n3[k];
+        w0[k] = w1[k];
+        w1[k] = w2[k];
+        if constexpr (TAN) {
+          q1p[k] = q1[k];
+          q1[k] = nq1[k];
+          q2[k] = nq2[k];
+          q3[k] = nq3[k];
+          d0[k] = d1[k];
+          d1[k] = d2[k];
+        }
+      }
+      load_diagonal(hidden, t - 3, w2);
+      if constexpr (TAN) load_diagonal(hdot, t - 3, d2);
+    }
+
+    // This band's share of <W, A>, published with the final flag; the pair's
+    // top band (the last to finish) merges the shares in band order: every
+    // band below has published its share by the time the top band has waited
+    // for the first columns of the band below it.
+    gg = warp_sum(gg);
+    if (has_above && lane == 0) {
+      __stcg(&a.ws.partials[unit_id].a, double(gg));
+      store_release(a.ws.flags + unit_id, static_cast<int>(n));
+    }
+    if (!has_above && lane == 0) {
+      const int64_t last = (m - 1) / kBandRows;  // the pair's bottom band
+      A acc = A(0);
+      for (int64_t k = 0; k <= last; ++k)
+        acc += k == 0 ? gg : A(__ldcg(&a.ws.partials[unit_id + k].a));
+      a.grad_grad_score[b] = store_as<T>(acc);
+    }
+  }
+}
+
+template <typename T, typename A, int R>
+void launch_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
+  auto kernel = tangent_wavefront<T, A, R>;
+  const int blocks = persistent_blocks(kernel, args.batch * args.nbands);
+  if (blocks == 0) return;
+  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
+  check_launch("tangent_wavefront");
+}
+
+template <typename T, typename A, int R, bool HARD>
+void launch_reverse_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
+  auto kernel = reverse_tangent_wavefront<T, A, R, HARD>;
+  const int blocks = persistent_blocks(kernel, args.batch * args.nbands);
+  if (blocks == 0) return;
+  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
+  check_launch("reverse_tangent_wavefront");
+}
+
+}  // namespace cuda
+
+// The workspace double_backward_cuda needs (larger than cuda_workspace_bytes).
+int64_t cuda_double_backward_workspace_bytes(const Problem& problem) {
+  return cuda::double_backward_workspace_bytes(problem);
+}
+
+// `workspace` must hold cuda_double_backward_workspace_bytes(p) bytes.
+void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void* workspace,
+                          void* stream) {
+  using namespace cuda;
+  if (p.affine)
+    throw std::runtime_error(
+        "softsw: double backward with affine gaps is not implemented in the CUDA kernels yet");
+  if (p.batch == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
+  const bool hard = p.temperature == 0;
+  const int64_t cells = p.batch * p.rows * p.cols;
+  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  if (p.lengths || hard) {  // cells outside the pairs get exactly zero; T = 0: all of them
+    cudaMemsetAsync(args.hvp_scores, 0, cells * elem, s);
+    if (args.hvp_gap_open) cudaMemsetAsync(args.hvp_gap_open, 0, cells * elem, s);
+  }
+  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using A = decltype(acc);
+    const A scale = A(kernel_scale(p));
+    DoubleBackwardKernelArgs<T, A> k;
+    k.batch = p.batch;
+    k.rows = p.rows;
+    k.cols = p.cols;
+    k.nbands = band_count(p);
+    k.scores = static_cast<const T*>(p.scores);
+    k.lengths = p.lengths;
+    k.gap = {static_cast<const T*>(p.gap_open.data), p.gap_open.stride[0], p.gap_open.stride[1],
+             p.gap_open.stride[2], A(p.gap_open.value * double(scale)), scale};
+    k.scale = scale;
+    k.inv_t = A(hard ? 0.0 : 1.0 / p.temperature);
+    k.soft_reduction = p.reduction == Reduction::Soft;
+    k.grad_score = static_cast<const T*>(args.grad_score);
+    k.dir_scores = static_cast<const T*>(args.dir_scores);
+    k.dir_gap = static_cast<const T*>(args.dir_gap_open);
+    k.hidden = static_cast<const A*>(args.state.hidden);
+    k.argmax = args.state.argmax;
+    k.total = static_cast<const A*>(args.state.total);
+    k.hdot = static_cast<A*>(dws.hdot);
+    k.sdot = static_cast<A*>(dws.sdot);
+    k.edges_dot = static_cast<A*>(dws.edges_dot);
+    k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
+    k.hvp_scores = static_cast<T*>(args.hvp_scores);
+    k.hvp_gap = static_cast<T*>(args.hvp_gap_open);
+    k.ws = dws.ws;
+    const int r = rows_per_thread(p);
+    if (hard) {
+      clear_sync_state(p, k.ws, s);
+      if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);
+      else launch_reverse_tangent<T, A, 4, true>(k, s);
+    } else {
+      clear_sync_state(p, k.ws, s);
+      if (r == 1) launch_tangent<T, A, 1>(k, s);
+      else launch_tangent<T, A, 4>(k, s);
+      clear_sync_state(p, k.ws, s);
+      if (r == 1) launch_reverse_tangent<T, A, 1, false>(k, s);
+      else launch_reverse_tangent<T, A, 4, false>(k, s);
+    }
+  });
+}
+
+}  // namespace softsw
