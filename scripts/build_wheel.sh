@@ -16,7 +16,9 @@
 #       repair-wheel-command.
 #
 #   scripts/build_wheel.sh check WHEEL
-#       auditwheel show, abi3audit --strict, and the wheel's tag and contents.
+#       auditwheel show, abi3audit --strict, the wheel's tag and contents (every file of
+#       src/softsw, _C.abi3.so, the generated _build_info.py), and that _C calls torch only
+#       through the stable C shim (no C++ symbol of c10/ATen/torch).
 #
 #   scripts/build_wheel.sh ci-before-all      (cibuildwheel before-all, manylinux_2_28 container)
 #       gcc-toolset-13 and, when SOFTSW_CUDA is set (e.g. 12.8), that CUDA toolkit's
@@ -59,7 +61,7 @@ ensure_tools() {
 }
 
 check_wheel() {
-  local wheel="$1"
+  local wheel="$1" package="${2:-$ROOT/src/softsw}"
   [[ -f "$wheel" ]] || die "no such wheel: $wheel"
   ensure_tools
   log "auditwheel show $(basename "$wheel")"
@@ -71,8 +73,8 @@ check_wheel() {
     abi3audit --strict --verbose --summary "$wheel"
   fi
   log "wheel tag and contents"
-  "$PYTHON" - "$wheel" "$ROOT/src/softsw" <<'PY'
-import sys, zipfile
+  "$PYTHON" - "$wheel" "$package" <<'PY'
+import re, sys, zipfile
 from pathlib import Path
 
 wheel, package = Path(sys.argv[1]), Path(sys.argv[2])
@@ -86,6 +88,21 @@ if missing:
 extensions = sorted(n for n in names if n.endswith(".so"))
 if extensions != ["softsw/_C.abi3.so"]:
     sys.exit(f"{wheel.name}: unexpected shared objects {extensions}")
+# Stable ABI: _C may call torch only through its C shim (aoti_torch_*, torch_*), never a
+# C++ symbol of c10/ATen/torch, which would tie the wheel to the torch it was built with.
+import subprocess, tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    so = zipfile.ZipFile(wheel).extract("softsw/_C.abi3.so", tmp)
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", so], check=True,
+                               capture_output=True, text=True).stdout.split()
+    demangled = subprocess.run(["c++filt"], input="\n".join(undefined), check=True,
+                               capture_output=True, text=True).stdout.splitlines()
+cxx = sorted({d for d in demangled if re.search(r"(^|[\s(,<])(c10|at|torch)::", d)})
+if cxx:
+    sys.exit(f"{wheel.name}: _C uses torch's C++ ABI, not only the stable C shim: {cxx[:20]}")
+shim = sorted({u.split("@")[0] for u in undefined if re.match(r"(aoti_)?torch_", u)})
+print(f"stable ABI: _C calls torch through {len(shim)} C shim functions and no C++ symbol")
+
 # Every module and data file of the source package is in the wheel.
 if package.is_dir():
     skip = {"_build_info.py"}
@@ -101,7 +118,7 @@ PY
 }
 
 repair_wheel() {
-  local wheel="$1" dest="$2"
+  local wheel="$1" dest="$2" package="${3:-}"
   mkdir -p "$dest"
   ensure_tools
   log "auditwheel repair $(basename "$wheel")"
@@ -109,7 +126,7 @@ repair_wheel() {
   auditwheel repair --strip "${AUDITWHEEL_EXCLUDES[@]}" -w "$dest" "$wheel"
   local repaired
   repaired="$(ls -t "$dest"/*.whl | head -n 1)"
-  check_wheel "$repaired"
+  check_wheel "$repaired" $package
 }
 
 # The files a clean clone would have (tracked + untracked-not-ignored), copied to $1.
@@ -157,7 +174,7 @@ build_local() {
   log "built in $((SECONDS - started)) s"
   local raw
   raw="$(ls "$tree"/raw/softsw-*.whl)"
-  repair_wheel "$raw" "$tree/repaired"
+  repair_wheel "$raw" "$tree/repaired" "$tree/src/src/softsw"
   local wheel
   wheel="$(ls "$tree"/repaired/*.whl)"
   cp "$wheel" "$out/"

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -41,6 +42,35 @@ TOL = {
     torch.float16: 2.0 ** -10 + 1e-5,
     torch.bfloat16: 2.0 ** -7 + 1e-5,
 }
+
+
+def unit_roundoff(dtype) -> float:
+    """Of the accumulate type (half types accumulate in float32)."""
+    return 2.0 ** -53 if dtype == torch.float64 else 2.0 ** -24
+
+
+# Beyond the floors of TOL, two effects of finite precision grow with the
+# problem; the tolerances follow them (and nothing else):
+# * score: every step of the optimal path adds a rounding error; a constant
+#   gap score that is not representable on the grid of H rounds the *same*
+#   way at every gap step (a bias, not a random walk; a float32 emulation of
+#   the recurrence shows the same). Bound: u * (M + N) relative.
+# * gradient (T > 0): a weight is exp((v - h) / T) of accumulate-type values of
+#   magnitude |score|, so each cell's weight carries a relative error
+#   ~ u * |score| / T, accumulated along paths of ~M + N cells (random walk):
+#   2 u * sqrt(M + N) * |score| / T (the random-walk size, with a factor 2 of
+#   margin: the largest ratio of error to the 1x estimate seen over 60 random
+#   float32 31x33 problems at T = 0.1 was 0.48). At T = 0 the gradient is the 0/1 traceback
+#   and must match exactly (tests use data on which float32 sums are exact).
+def score_tol(dtype, M: int, N: int) -> float:
+    return max(TOL[dtype], unit_roundoff(dtype) * (M + N))
+
+
+def grad_tol(dtype, M: int, N: int, T: float, score_scale: float) -> float:
+    if T == 0:
+        return TOL[dtype]
+    return max(TOL[dtype],
+               2.0 * unit_roundoff(dtype) * math.sqrt(M + N) * max(1.0, abs(score_scale) / T))
 
 
 def pytest_configure(config):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 import softsw
-from conftest import assert_close, grads, padding_mask, randn
+from conftest import assert_close, grad_tol, grads, padding_mask, randn, score_tol
 from reference import ref_align
 
 
@@ -18,12 +18,14 @@ def _as_leaf(x, ref: bool):
 
 
 def compare_with_reference(gen, S, gap_open=-1.0, temperature=1.0, *, gap_extend=None,
-                           lengths=None, reduction="max", check_grad=True, tol=None):
+                           lengths=None, reduction="max", check_grad=True):
     """Runs softsw.align on S (any dtype / device) and the float64 reference on
     the same values; checks the score and the gradients with respect to S and to
     every tensor gap argument (for a random per-pair cotangent). Returns the
-    kernel's (score, [grad_S, grad_gap_open?, grad_gap_extend?])."""
+    kernel's (score, [grad_S, grad_gap_open?, grad_gap_extend?]).
+    Tolerances: conftest.score_tol / grad_tol."""
     dtype = S.dtype
+    M, N = S.shape[-2], S.shape[-1]
     k = [_as_leaf(x, False) for x in (S, gap_open, gap_extend)]
     r = [_as_leaf(x, True) for x in (S, gap_open, gap_extend)]
     out = softsw.align(k[0], k[1], temperature, gap_extend=k[2], lengths=lengths,
@@ -33,7 +35,10 @@ def compare_with_reference(gen, S, gap_open=-1.0, temperature=1.0, *, gap_extend
     assert out.dtype == dtype, f"score dtype {out.dtype} != scores dtype {dtype}"
     assert out.device == S.device
     assert out.shape == ref.shape, f"score shape {tuple(out.shape)} != {tuple(ref.shape)}"
-    assert_close(out, ref, dtype, "score", tol=tol)
+    assert_close(out, ref, dtype, "score", tol=score_tol(dtype, M, N))
+    finite = ref.detach()[torch.isfinite(ref.detach())]
+    scale = finite.abs().max().item() if finite.numel() else 0.0
+    gtol = grad_tol(dtype, M, N, float(temperature), scale)
     if not check_grad:
         return out, None
     w = randn(gen, *ref.shape, dtype=dtype)  # cotangent per pair, rounded to dtype
@@ -48,7 +53,7 @@ def compare_with_reference(gen, S, gap_open=-1.0, temperature=1.0, *, gap_extend
         assert a.dtype == x.dtype and a.shape == x.shape, f"{name}: {a.dtype} {tuple(a.shape)}"
         if e is None:  # the reference did not use it at all
             e = torch.zeros_like(a, dtype=torch.float64, device="cpu")
-        assert_close(a, e, dtype, name, tol=tol)
+        assert_close(a, e, dtype, name, tol=gtol)
     if lengths is not None:
         mask = padding_mask(lengths, S.shape[1], S.shape[2]).to(S.device)
         g = kg[0]

@@ -63,19 +63,20 @@ def score_batch(pairs, matrix, dtype, gen):
 
 
 def best_gap_block(di, dj, open_, extend):
-    """Best score of di gap-down and dj gap-right moves between two matches
-    (runs of one direction may alternate with runs of the other)."""
+    """Best score of di gap-down and dj gap-right moves between two matches.
+    Runs of one direction may alternate with runs of the other: r runs cost
+    r * open + (di + dj - r) * extend, with r = 2 when opening costs more than
+    extending, else as many runs as alternation allows."""
     if di == 0 and dj == 0:
         return 0.0
     if di == 0 or dj == 0:
-        k = di + dj
-        return open_ + (k - 1) * extend
-    best = -float("inf")
-    for rd in range(1, di + 1):
-        for rr in range(1, dj + 1):
-            if abs(rd - rr) <= 1:
-                best = max(best, (rd + rr) * open_ + (di - rd + dj - rr) * extend)
-    return best
+        runs = 1
+    elif open_ < extend:
+        runs = 2
+    else:
+        lo, hi = min(di, dj), max(di, dj)
+        runs = 2 * lo + (1 if hi > lo else 0)
+    return runs * open_ + (di + dj - runs) * extend
 
 
 def check_traceback(P, S, m, n, open_, extend, want, what):

@@ -42,9 +42,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
@@ -432,10 +435,416 @@ PairResult<Acc<T>> forward_affine(const PairView<T>& pv, int64_t m, int64_t n, i
   return r;
 }
 
+// ---------------------------------------------------------------------------
+// Vectorised linear-gap forward (float accumulate: float32, float16,
+// bfloat16). One SIMD lane per pair of the batch, groups of W = 16 pairs,
+// one row of the group at a time (the row's scores are first gathered into a
+// lane-interleaved buffer, in kernel units). Written with GCC/Clang vector
+// extensions on native-width vectors (VL = 4 on the wheel's baseline SSE2 or
+// on NEON, 8 with AVX2+FMA or AVX-512VL), the W lanes being W / VL
+// independent chains; the instruction set is picked at run time.
+// SOFTSW_CPU_ISA=avx512|avx2|baseline|scalar caps it (scalar: no vector
+// path at all), for tests. exp2 / log2 are polynomials: relative error ~2e-9
+// and ~7e-10 before float rounding; exp2 flushes results below 2^-126 to 0.
+// Hard mode computes exactly what the scalar cell computes (max-plus), so the
+// backward's tie detection sees the same bits.
+// ---------------------------------------------------------------------------
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__aarch64__))
+#define SOFTSW_CPU_VECTOR 1
+#else
+#define SOFTSW_CPU_VECTOR 0
+#endif
+
+#if SOFTSW_CPU_VECTOR
+// 64-byte vectors only live inside always-inlined code: no ABI is involved.
+// (Not popped: the templates are instantiated at the end of the file.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace vec {
+
+constexpr int W = 16;  // lanes (pairs) of a group, for every instruction set
+
+// Native vectors of VL floats / int32 (VL = 4: SSE2 or NEON, 8: AVX2 or
+// AVX-512VL; 512-bit vectors measured no faster). Wider-than-native vectors
+// are avoided on purpose: compilers lower their comparisons and selects
+// element by element.
+template <int VL> struct VecOf;
+template <> struct VecOf<4> {
+  typedef float F __attribute__((vector_size(16)));
+  typedef int32_t I __attribute__((vector_size(16)));
+};
+template <> struct VecOf<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+};
+
+#define SOFTSW_VINLINE inline __attribute__((always_inline))
+
+template <int VL>
+struct V {
+  using F = typename VecOf<VL>::F;
+  using I = typename VecOf<VL>::I;
+
+  static SOFTSW_VINLINE F splat(float x) { return F{} + x; }
+  static SOFTSW_VINLINE I splati(int32_t x) { return I{} + x; }
+  static SOFTSW_VINLINE F load(const float* p) {
+    F v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static SOFTSW_VINLINE I loadi(const int32_t* p) {
+    I v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static SOFTSW_VINLINE void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
+  static SOFTSW_VINLINE void storei(int32_t* p, I v) { std::memcpy(p, &v, sizeof v); }
+  // Lane select by a comparison mask (-1 / 0).
+  static SOFTSW_VINLINE F sel(I mask, F a, F b) { return (F)((mask & (I)a) | (~mask & (I)b)); }
+  static SOFTSW_VINLINE I seli(I mask, I a, I b) { return (mask & a) | (~mask & b); }
+  // max_of / min_of of recurrence.h, lane by lane (same NaN behaviour).
+  static SOFTSW_VINLINE F vmax(F a, F b) { return sel(a > b, a, b); }
+  static SOFTSW_VINLINE F vmin(F a, F b) { return sel(a < b, a, b); }
+
+  static SOFTSW_VINLINE F exp2(F x) {
+    x = sel(x < splat(-126.0f), splat(-127.0f), x);  // -> exactly 0 below
+    const F r = (x + 12582912.0f) - 12582912.0f;     // nearest integer (1.5 * 2^23)
+    const F f = x - r;                                // [-0.5, 0.5]
+    F p = splat(1.5345807505118443e-4f);
+    p = p * f + 1.3399931183056234e-3f;
+    p = p * f + 9.618488973835451e-3f;
+    p = p * f + 5.5503287770777475e-2f;
+    p = p * f + 0.24022646890479515f;
+    p = p * f + 0.6931472057371986f;
+    p = p * f + 1.0000000005541863f;
+    const I e = __builtin_convertvector(r, I);
+    return p * (F)((e + 127) << 23);
+  }
+
+  // log2 of y >= 1 (finite): y = 2^e m, m in [sqrt(1/2), sqrt(2)),
+  // log2 m = u P(u^2) with u = (m - 1) / (m + 1).
+  static SOFTSW_VINLINE F log2(F y) {
+    const I bits = (I)y;
+    I e = (bits >> 23) - 127;
+    F m = (F)((bits & 0x7fffff) | 0x3f800000);
+    const I big = m > splat(1.41421356f);
+    m = sel(big, m * 0.5f, m);
+    e = e - big;  // big is -1 where true
+    const F u = (m - 1.0f) / (m + 1.0f);
+    const F z = u * u;
+    F p = splat(0.4317358635086163f);
+    p = p * z + 0.5767143847072285f;
+    p = p * z + 0.9617988476322529f;
+    p = p * z + 2.8853900797889525f;
+    return u * p + __builtin_convertvector(e, F);
+  }
+
+  // LinearCell<float, HARD>::value, lane by lane.
+  template <bool HARD>
+  static SOFTSW_VINLINE F cell(F v1, F v2, F v3) {
+    const F zero = splat(0.0f);
+    F h;
+    if constexpr (HARD) {
+      h = vmax(vmax(zero, v1), vmax(v2, v3));
+    } else {
+      const F a = vmax(zero, v1), b = vmin(zero, v1);
+      const F c = vmax(v2, v3), d = vmin(v2, v3);
+      const F m = vmax(a, c), e = vmin(a, c);
+      h = m + log2(1.0f + exp2(b - m) + exp2(d - m) + exp2(e - m));
+    }
+    const F t = v1 + v2 + v3;
+    return sel(t != t, t, h);
+  }
+};
+
+// Per-lane state of a group.
+struct alignas(64) Lanes {
+  float best[W];    // "max": running max (boundary 0 included) ...
+  int32_t bi[W];    // ... and its cell (i, j); -1: a boundary zero
+  int32_t bj[W];
+  float smax[W];    // "soft": the running sum as smax + log2(ssum)
+  float ssum[W];
+  int32_t nan[W];   // "soft": a NaN cell was seen
+  int32_t m[W];     // lane extents (0 for an unused lane)
+  int32_t n[W];
+};
+
+// One row i of the group: cells (i, 1..n) from the row above (`prev`,
+// lane-interleaved: col j at j*W, col 0 = boundary), the row's scores `s` and
+// gap scores `g` (col j at (j-1)*W); writes the row to `cur` and folds it
+// into the reduction of the lanes whose pair contains the cell. The W lanes
+// are K = W / VL native vectors, independent chains interleaved per column.
+template <int VL, bool HARD, bool SOFT>
+SOFTSW_VINLINE void row_body(const float* s, const float* g, const float* prev, float* cur,
+                             int32_t n, int32_t i, Lanes& ln) {
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  constexpr int K = W / VL;
+  const I iv = X::splati(i);
+  I nl[K], rowok[K], bi[K], bj[K];
+  F hd[K], hl[K], best[K];
+  for (int k = 0; k < K; ++k) {
+    nl[k] = X::loadi(ln.n + k * VL);
+    rowok[k] = iv <= X::loadi(ln.m + k * VL);
+    hd[k] = X::load(prev + k * VL);
+    hl[k] = X::splat(0.0f);
+    best[k] = X::load(ln.best + k * VL);
+    bi[k] = X::loadi(ln.bi + k * VL);
+    bj[k] = X::loadi(ln.bj + k * VL);
+  }
+  for (int32_t j = 1; j <= n; ++j) {
+    const I jv = X::splati(j);
+    for (int k = 0; k < K; ++k) {
+      const F hu = X::load(prev + j * W + k * VL);
+      const F gg = X::load(g + (j - 1) * W + k * VL);
+      const F h = X::template cell<HARD>(hd[k] + X::load(s + (j - 1) * W + k * VL), hu + gg,
+                                         hl[k] + gg);
+      X::store(cur + j * W + k * VL, h);
+      hd[k] = hu;
+      hl[k] = h;
+      if constexpr (!SOFT) {
+        const I upd = rowok[k] & (jv <= nl[k]) & ((h > best[k]) | ((h != h) & (best[k] == best[k])));
+        best[k] = X::sel(upd, h, best[k]);
+        bi[k] = X::seli(upd, iv, bi[k]);
+        bj[k] = X::seli(upd, jv, bj[k]);
+      }
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    if constexpr (!SOFT) {
+      X::store(ln.best + k * VL, best[k]);
+      X::storei(ln.bi + k * VL, bi[k]);
+      X::storei(ln.bj + k * VL, bj[k]);
+    } else {
+      // Row max (interior cells are >= 0, so 0 is a safe floor), then the
+      // row's sum of 2^(h - max), merged into the running (smax, ssum).
+      F rm = X::splat(0.0f);
+      I nan = X::loadi(ln.nan + k * VL);
+      for (int32_t j = 1; j <= n; ++j) {
+        const I ok = rowok[k] & (X::splati(j) <= nl[k]);
+        const F h = X::load(cur + j * W + k * VL);
+        rm = X::vmax(rm, X::sel(ok, h, X::splat(0.0f)));
+        nan |= ok & (h != h);
+      }
+      F sum = X::splat(0.0f);
+      for (int32_t j = 1; j <= n; ++j) {
+        const I ok = rowok[k] & (X::splati(j) <= nl[k]);
+        sum += X::exp2(X::sel(ok, X::load(cur + j * W + k * VL) - rm, X::splat(-kInf<float>)));
+      }
+      const F M = X::load(ln.smax + k * VL);
+      const F newM = X::vmax(M, rm);
+      X::store(ln.ssum + k * VL, X::load(ln.ssum + k * VL) * X::exp2(M - newM) + sum * X::exp2(rm - newM));
+      X::store(ln.smax + k * VL, newM);
+      X::storei(ln.nan + k * VL, nan);
+    }
+  }
+}
+
+using RowFn = void (*)(const float*, const float*, const float*, float*, int32_t, int32_t, Lanes&);
+
+template <bool HARD, bool SOFT>
+void row_baseline(const float* s, const float* g, const float* prev, float* cur, int32_t n,
+                  int32_t i, Lanes& ln) {
+  row_body<4, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+}
+
+#if defined(__x86_64__)
+template <bool HARD, bool SOFT>
+__attribute__((target("avx2,fma"))) void row_avx2(const float* s, const float* g,
+                                                  const float* prev, float* cur, int32_t n,
+                                                  int32_t i, Lanes& ln) {
+  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+}
+template <bool HARD, bool SOFT>
+__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void row_avx512(
+    const float* s, const float* g, const float* prev, float* cur, int32_t n, int32_t i,
+    Lanes& ln) {
+  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+}
+#endif
+
+// 2: AVX-512, 1: AVX2 + FMA, 0: baseline, -1: no vector path (tests).
+int isa_level() {
+  static const int level = [] {
+    int best = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = 1;
+    if (best == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+      best = 2;
+#endif
+    if (const char* env = std::getenv("SOFTSW_CPU_ISA")) {
+      const std::string want(env);
+      const int asked = want == "avx512"     ? 2
+                        : want == "avx2"     ? 1
+                        : want == "baseline" ? 0
+                        : want == "scalar"   ? -1
+                                             : best;
+      best = std::min(best, asked);
+    }
+    return best;
+  }();
+  return level;
+}
+
+template <bool HARD, bool SOFT>
+RowFn pick_row() {
+#if defined(__x86_64__)
+  switch (isa_level()) {
+    case 2: return &row_avx512<HARD, SOFT>;
+    case 1: return &row_avx2<HARD, SOFT>;
+    default: break;
+  }
+#endif
+  return &row_baseline<HARD, SOFT>;
+}
+
+RowFn pick_row(bool hard, bool soft) {
+  if (hard) return soft ? pick_row<true, true>() : pick_row<true, false>();
+  return soft ? pick_row<false, true>() : pick_row<false, false>();
+}
+
+}  // namespace vec
+
+// One group of up to W pairs (valid and non-empty), start to finish.
+template <typename T>
+void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, vec::RowFn row,
+                          float* hidden, const ForwardOutputs& out, std::vector<float>& mem) {
+  using vec::W;
+  const Problem& p = su.p;
+  const int64_t N = su.N;
+  vec::Lanes ln;
+  const T* S[W] = {};
+  GapView<T> gv[W];
+  float* hid[W] = {};
+  int64_t mg = 0, ng = 0;
+  for (int l = 0; l < W; ++l) {
+    int64_t m = 0, n = 0;
+    if (l < count) {
+      const int64_t b = pairs[l];
+      su.extents(b, m, n);
+      S[l] = static_cast<const T*>(p.scores) + b * su.MN;
+      gv[l] = su.gap(p.gap_open, b);
+      hid[l] = hidden ? hidden + b * su.MN : nullptr;
+      if (hid[l]) fill_outside<float>(hid[l], su.M, N, m, n, 0.0f);
+    }
+    ln.m[l] = static_cast<int32_t>(m);
+    ln.n[l] = static_cast<int32_t>(n);
+    ln.best[l] = 0.0f;
+    ln.bi[l] = ln.bj[l] = -1;
+    ln.smax[l] = ln.ssum[l] = 0.0f;
+    ln.nan[l] = 0;
+    mg = std::max(mg, m);
+    ng = std::max(ng, n);
+  }
+  const int64_t stride = (ng + 1) * W;
+  mem.assign(static_cast<size_t>(4 * stride + 16), 0.0f);
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float *prev = base, *cur = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
+  const bool gap_const = p.gap_open.data == nullptr;
+  if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
+  for (int64_t i = 1; i <= mg; ++i) {
+    for (int l = 0; l < count; ++l) {
+      if (i > ln.m[l]) continue;
+      const T* src = S[l] + (i - 1) * N;
+      for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
+      if (!gap_const)
+        for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
+    }
+    row(sb, gb, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    for (int l = 0; l < count; ++l) {
+      if (!hid[l] || i > ln.m[l]) continue;
+      float* dst = hid[l] + (i - 1) * N;
+      for (int64_t j = 0; j < ln.n[l]; ++j) dst[j] = cur[(j + 1) * W + l];
+    }
+    std::swap(prev, cur);
+  }
+  float* total = static_cast<float*>(out.total);
+  T* score = static_cast<T*>(out.score);
+  for (int l = 0; l < count; ++l) {
+    const int64_t b = pairs[l];
+    float t;
+    int64_t am = -1;
+    if (su.soft_reduction) {
+      t = ln.nan[l] ? quiet_nan<float>() : ln.smax[l] + CpuMath::log2(ln.ssum[l]);
+    } else {
+      t = ln.best[l];
+      if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
+        am = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
+    }
+    total[b] = t;
+    st(score, b, t * su.unit);
+    out.argmax[b] = am;
+  }
+}
+
+#endif  // SOFTSW_CPU_VECTOR
+
+// The vectorised forward for linear gaps with a float accumulator; false
+// when it does not apply (then the scalar forward runs).
+template <typename T>
+bool forward_linear_vector(const Setup<T>& su, const ForwardOutputs& out) {
+#if SOFTSW_CPU_VECTOR
+  const Problem& p = su.p;
+  if constexpr (!std::is_same_v<Acc<T>, float>) {
+    return false;
+  } else {
+    if (p.affine || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+        vec::isa_level() < 0)
+      return false;
+    float* hidden = static_cast<float*>(out.hidden);
+    std::vector<int64_t> pairs;
+    double work = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      int64_t m = 0, n = 0;
+      const bool ok = su.extents(b, m, n);
+      if (ok && m > 0 && n > 0) {
+        pairs.push_back(b);
+        work += double(m) * n;
+        continue;
+      }
+      // Empty pair (score 0) or lengths out of range (NaN).
+      if (hidden) fill_outside<float>(hidden + b * su.MN, su.M, su.N, 0, 0, 0.0f);
+      const float t = ok ? 0.0f : quiet_nan<float>();
+      static_cast<float*>(out.total)[b] = t;
+      st(static_cast<T*>(out.score), b, t);
+      out.argmax[b] = -1;
+    }
+    if (pairs.empty()) return true;
+    // Similar shapes share a group: fewer idle lanes.
+    std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) {
+      int64_t ma, na, mb, nb;
+      su.extents(a, ma, na);
+      su.extents(b, mb, nb);
+      return std::make_pair(na, ma) > std::make_pair(nb, mb);
+    });
+    const int64_t P = static_cast<int64_t>(pairs.size());
+    const int64_t groups =
+        std::max<int64_t>((P + vec::W - 1) / vec::W, std::min<int64_t>(P, thread_count(P, work)));
+    const vec::RowFn row = vec::pick_row(su.hard, su.soft_reduction);
+    parallel_for<std::vector<float>>(groups, work, [&](int64_t g, std::vector<float>& mem) {
+      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+      forward_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row, hidden, out,
+                              mem);
+    });
+    return true;
+  }
+#else
+  (void)su;
+  (void)out;
+  return false;
+#endif
+}
+
 template <typename T>
 void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
   const Setup<T> su(p);
+  if (forward_linear_vector<T>(su, out)) return;
   A* hidden = static_cast<A*>(out.hidden);
   T* score = static_cast<T*>(out.score);
   A* total = static_cast<A*>(out.total);

@@ -323,15 +323,34 @@ inline void check_launch(const char* what) {
 
 // Persistent grid: enough resident warps to fill the GPU, never more than
 // there are units.
-template <typename Kernel>
-inline int persistent_blocks(Kernel kernel, int64_t units) {
-  int device = 0, sms = 0, per_sm = 0;
+// Both queries are cached: on small problems the host is the bottleneck.
+inline int multiprocessor_count() {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};
+  int device = 0;
   cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, 0);
-  const int64_t resident = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+  if (device < 0 || device >= kMaxDevices) device = 0;
+  if (cached[device] == 0)
+    cudaDeviceGetAttribute(&cached[device], cudaDevAttrMultiProcessorCount, device);
+  return cached[device] > 0 ? cached[device] : 1;
+}
+
+// `per_sm` caches the kernel's residency (a static of the caller, one per
+// kernel instantiation): it depends on the kernel's resources only.
+template <typename Kernel>
+inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm) {
+  if (per_sm == 0)
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, 0);
+  const int64_t resident = int64_t(multiprocessor_count()) * (per_sm > 0 ? per_sm : 1);
   const int64_t needed = (units + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<int>(needed < resident ? needed : resident);
+}
+
+// Uncached form (prefer the three-argument one on hot paths).
+template <typename Kernel>
+inline int persistent_blocks(Kernel kernel, int64_t units) {
+  int per_sm = 0;
+  return persistent_blocks(kernel, units, per_sm);
 }
 
 // Dispatch on the element type: f<scalar_t, acc_t>().

@@ -30,7 +30,7 @@ except ImportError:  # a source tree whose extension was built without it
 __all__ = ["build_info", "check_device", "device_problem"]
 
 _SKIP_ENV = "SOFTSW_SKIP_CUDA_CHECK"
-_WHEELS_DOC = "see 'Building wheels' in softsw's README (docs/building-wheels.md)"
+_WHEELS_DOC = "'Building wheels' in softsw's README (docs/building-wheels.md)"
 
 
 def _version() -> Optional[str]:
@@ -95,14 +95,14 @@ def _torch_problem() -> Optional[str]:
         return (f"softsw {info['version']} has CUDA {info['cuda_version_built']} kernels and "
                 f"needs a CUDA {built[0]}.x build of torch; torch {torch.__version__} is a "
                 f"CPU-only build. Install softsw's CPU wheel (+cpu) or a CUDA {built[0]} torch; "
-                f"{_WHEELS_DOC}. ({_SKIP_ENV}=1 skips this check.)")
+                f"see {_WHEELS_DOC}. ({_SKIP_ENV}=1 skips this check.)")
     running_cuda = _release(torch.version.cuda)
     if built and running_cuda and built[0] != running_cuda[0]:
         return (f"softsw {info['version']} was built for CUDA {info['cuda_version_built']}, but "
                 f"torch {torch.__version__} uses CUDA {torch.version.cuda}: the CUDA major "
                 f"versions must match. Install the softsw wheel for CUDA {running_cuda[0]} "
                 f"(+cu{running_cuda[0]}{running_cuda[1]} or the closest), or a torch for CUDA "
-                f"{built[0]}; {_WHEELS_DOC}. ({_SKIP_ENV}=1 skips this check.)")
+                f"{built[0]}; see {_WHEELS_DOC}. ({_SKIP_ENV}=1 skips this check.)")
     return None
 
 
@@ -119,7 +119,7 @@ def _load_extension() -> None:
             f"{info['version']} was built against torch {info['torch_version_built']} "
             f"(stable ABI >= {info['stable_abi_target']}, CUDA kernels: "
             f"{info['cuda_version_built'] or 'none'}); running torch "
-            f"{torch.__version__} (CUDA {torch.version.cuda}). {_WHEELS_DOC}.") from exc
+            f"{torch.__version__} (CUDA {torch.version.cuda}). See {_WHEELS_DOC}.") from exc
 
 
 def _arch(name: str) -> tuple[int, int, str]:
@@ -154,7 +154,7 @@ def device_problem(device=None) -> Optional[str]:
     problem = None
     if not info["cuda_kernels"]:
         problem = (f"softsw {info['version']} was built without CUDA kernels (a CPU-only "
-                   f"build); {_WHEELS_DOC}")
+                   f"build); see {_WHEELS_DOC}")
     elif not _skip_cuda_checks():
         capability = torch.cuda.get_device_capability(index)
         if not _served(capability, info["cuda_sass_archs"], info["cuda_ptx_archs"]):
@@ -166,7 +166,7 @@ def device_problem(device=None) -> Optional[str]:
                 f"{', '.join(info['cuda_sass_archs']) or 'none'} and PTX for "
                 f"{', '.join(info['cuda_ptx_archs']) or 'none'}. Build from source with "
                 f"TORCH_CUDA_ARCH_LIST={cc} (pip install --no-build-isolation softsw from the "
-                f"sdist); {_WHEELS_DOC}.")
+                f"sdist); see {_WHEELS_DOC}.")
     _device_problems[index] = problem
     return problem
 
