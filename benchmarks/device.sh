@@ -51,9 +51,11 @@ else
 fi
 
 log "stages: $STAGES; OUT=$OUT"
+# (At most 8 files come back from $OUT: build.log naive_build.log ptxas.txt pytest.log
+# bench.txt bench.json plot.png; so this goes to stdout only.)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
-  --format=csv 2>&1 | tee "$OUT/gpu.txt"
-python3 - <<'EOF' 2>&1 | tee -a "$OUT/gpu.txt"
+  --format=csv 2>&1
+python3 - <<'EOF' 2>&1
 import sys, torch
 print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
       "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
@@ -98,7 +100,7 @@ stage_ptxas() {
     done
     wait
   fi
-  python3 - "$src" <<'EOF' | tee "$OUT/ptxas.txt"
+  python3 - "$src" "$OUT/ptxas.txt" <<'EOF'
 import re, subprocess, sys
 text = open(sys.argv[1], errors="replace").read()
 rows, current, props = [], None, {}
@@ -126,15 +128,21 @@ for tool in ("cu++filt", "c++filt"):
             demangled = out.stdout.splitlines(); break
     except Exception:
         pass
-seen = set()
-print(f"{'regs':>4} {'smem B':>7} {'stack':>5} {'spill st/ld':>11} {'arch':6} kernel")
+seen, lines = set(), []
+header = f"{'regs':>4} {'smem B':>7} {'stack':>5} {'spill st/ld':>11} {'arch':6} kernel"
 for r, d in zip(rows, demangled):
     key = (d, r[1])
     if key in seen: continue
     seen.add(key)
     flag = "  <-- SPILLS" if r[5] not in ("0/0", "?") else ""
-    print(f"{r[2]:>4} {r[3]:>7} {r[4]:>5} {r[5]:>11} {r[1]:6} {d[:150]}{flag}")
-print(f"{len(seen)} kernels")
+    lines.append((d, f"{r[2]:>4} {r[3]:>7} {r[4]:>5} {r[5]:>11} {r[1]:6} {d[:160]}{flag}"))
+with open(sys.argv[2], "w") as f:
+    f.write(header + "\n" + "\n".join(l for _, l in lines) + f"\n{len(lines)} kernels\n")
+# On stdout: the float32 kernels (what the benchmark runs) and any that spill.
+shown = [l for d, l in lines if "<float, float" in d or "SPILLS" in l]
+print(header)
+print("\n".join(shown[:40]))
+print(f"{len(lines)} kernels ({len(shown)} shown: float32 ones and spills); all in {sys.argv[2]}")
 EOF
 }
 

@@ -21,7 +21,6 @@ time (into ``TORCH_EXTENSIONS_DIR``) so that the benchmark finds it cached.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 MAX_ROWS = 1024

@@ -153,8 +153,8 @@ ProblemArgs make_problem(const Tensor& scores_in, const OptTensor& gap_open,
 
 
 #ifdef SOFTSW_WITH_CUDA
-void* cuda_workspace(const Problem& p, const Tensor& scores, std::optional<Tensor>& holder) {
-  holder = new_tensor(scores, {cuda_workspace_bytes(p)}, ScalarType::Byte);
+void* cuda_workspace(int64_t bytes, const Tensor& scores, std::optional<Tensor>& holder) {
+  holder = new_tensor(scores, {bytes}, ScalarType::Byte);
   return holder->data_ptr();
 }
 
@@ -203,7 +203,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward(
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
     std::optional<Tensor> workspace;
-    forward_cuda(p, out, cuda_workspace(p, scores, workspace), current_stream(scores));
+    forward_cuda(p, out, cuda_workspace(cuda_workspace_bytes(p), scores, workspace), current_stream(scores));
     return {score, hidden, argmax, total};
   }
 #endif
@@ -283,7 +283,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
     std::optional<Tensor> workspace;
-    backward_cuda(p, b, cuda_workspace(p, scores, workspace), current_stream(scores));
+    backward_cuda(p, b, cuda_workspace(cuda_workspace_bytes(p), scores, workspace), current_stream(scores));
     return {grad_scores, grad_open, grad_extend};
   }
 #endif
@@ -326,7 +326,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> double_backward(
   if (scores.is_cuda()) {
     torch::stable::accelerator::DeviceGuard guard(scores.get_device_index());
     std::optional<Tensor> workspace;
-    double_backward_cuda(p, d, cuda_workspace(p, scores, workspace), current_stream(scores));
+    double_backward_cuda(p, d, cuda_workspace(cuda_double_backward_workspace_bytes(p), scores, workspace), current_stream(scores));
     return {grad_grad_score, hvp_scores, hvp_open, hvp_extend};
   }
 #endif

@@ -6,7 +6,7 @@
 // The band skeleton is the forward's mirrored: steps run from the last
 // anti-diagonal to the first, a lane's last row takes what the row below
 // contributes from lane l+1 (one shuffle), and the band below hands its first
-// row's contributions up through global memory with progress flags. As in the
+// row's contributions up through global memory (tagged words). As in the
 // forward, the bulk of a tall band (R = 4, aligned rows) runs unchecked in
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   constexpr int kBandRows = kWarp * R;
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !HARD;
-  A* const edges = static_cast<A*>(a.ws.edges);
+  using Edge = TaggedEdge<A>;
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
 
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
@@ -65,8 +66,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
-    const A* edge_below = edges + (unit_id + 1) * a.cols;
-    A* edge_above = edges + unit_id * a.cols;
+    const unsigned long long* edge_below = edges + (unit_id + 1) * a.cols * Edge::kWords;
+    unsigned long long* edge_above = edges + unit_id * a.cols * Edge::kWords;
     const A* hidden = a.hidden + pair_offset + int64_t(top) * n;
     const A* hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n;
     const A g_out = load_as<A>(a.grad_score + b);
@@ -130,9 +131,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const int c_last = t - (kBandRows - 1);
       if (has_below && c_last >= 0 && c_last < n &&
           ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
-        const int base = c_last & ~(kWarp - 1);
-        wait_for(a.ws.flags + unit_id + 1, n - base);
-        below_reg = base + lane < n ? __ldcg(edge_below + base + lane) : A(0);
+        const int c = (c_last & ~(kWarp - 1)) + lane;
+        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c) : A(0);
       }
       const int src = t & (kWarp - 1);
       A up0 = __shfl_up_sync(kFullMask, w1[R - 1], 1);
@@ -174,12 +174,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
 
       // Lane 0's first row is the band's top row: hand its contributions up.
-      if (has_above && lane == 0 && t < n) {
-        edge_above[t] = n2[0] + m1[0];
-        const int done = n - t;
-        if ((done & (kWarp - 1)) == 0 || t == 0)
-          store_release(a.ws.flags + unit_id, t == 0 ? n : done);
-      }
+      if (has_above && lane == 0 && t < n)
+        Edge::put(edge_above + int64_t(t) * Edge::kWords, n2[0] + m1[0], t);
 
 #pragma unroll
       for (int k = 0; k < R; ++k) {
@@ -193,13 +189,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     };
 
     auto checked_steps = [&](int from, int to) {  // t = to - 1 down to from
-      for (int t = to - 1; t >= from; --t) {
-        A s[R], grad[R];
+      auto load = [&](int t, A (&s)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          s[k] = (c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale : A(0);
+          s[k] = (t >= from && c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale
+                                                             : A(0);
         }
+      };
+      A s_next[R];
+      load(to - 1, s_next);
+      for (int t = to - 1; t >= from; --t) {
+        A s[R], grad[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) s[k] = s_next[k];
+        load(t - 1, s_next);
         step(t, s, grad, true);
 #pragma unroll
         for (int k = 0; k < R; ++k) {
@@ -313,6 +317,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_sync_state(p, ws, s);
+  clear_tagged_edges(p, ws, s);
   const int64_t cells = p.batch * p.rows * p.cols;
   const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
   if (p.lengths) {  // cells outside the pairs get exactly zero

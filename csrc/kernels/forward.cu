@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   constexpr int kBandRows = kWarp * R;
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !HARD;
-  A* const edges = static_cast<A*>(a.ws.edges);
+  using Edge = TaggedEdge<A>;
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
 
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
@@ -62,8 +63,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
-    const A* edge_above = edges + (unit_id - 1) * a.cols;
-    A* edge_below = edges + unit_id * a.cols;
+    const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * Edge::kWords;
+    unsigned long long* edge_below = edges + unit_id * a.cols * Edge::kWords;
     A* hidden = a.hidden ? a.hidden + b * a.rows * a.cols + int64_t(top) * n : nullptr;
 
     const int r0 = lane * R;  // first row of this lane, within the band
@@ -91,9 +92,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     // One wavefront step; `s[k]` is row k's score in kernel units.
     auto step = [&](const int t, const A (&s)[R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
-        const int need = t + kWarp < n ? t + kWarp : n;
-        wait_for(a.ws.flags + unit_id - 1, need);
-        edge_reg = t + lane < n ? __ldcg(edge_above + t + lane) : A(0);
+        const int c = t + lane;
+        edge_reg = c < n ? Edge::get(edge_above + int64_t(c) * Edge::kWords, c) : A(0);
       }
       const A from_above = __shfl_sync(kFullMask, edge_reg, t & (kWarp - 1));
       A up0 = __shfl_up_sync(kFullMask, h[R - 1], 1);
@@ -142,23 +142,28 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       // Hand the band's last row to the band below, 32 columns at a time.
       if (has_below && lane == kWarp - 1) {
         const int c = t - (kBandRows - 1);
-        if (c >= 0 && c < n) {
-          edge_below[c] = h[R - 1];
-          if (((c + 1) & (kWarp - 1)) == 0 && c + 1 < n)
-            store_release(a.ws.flags + unit_id, c + 1);
-        }
+        if (c >= 0 && c < n) Edge::put(edge_below + int64_t(c) * Edge::kWords, h[R - 1], c);
       }
       if (++slot == n) slot = 0;
     };
 
+    // Scores one step ahead, so that the load's latency hides behind a step.
     auto checked_steps = [&](int from, int to) {
-      for (int t = from; t < to; ++t) {
-        A s[R];
+      auto load = [&](int t, A (&s)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          s[k] = (c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale : A(0);
+          s[k] = (t < to && c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale
+                                                          : A(0);
         }
+      };
+      A s_next[R];
+      load(from, s_next);
+      for (int t = from; t < to; ++t) {
+        A s[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) s[k] = s_next[k];
+        load(t + 1, s_next);
         step(t, s, true);
       }
     };
@@ -221,7 +226,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     checked_steps(bulk_end, steps);
 
     // This band's share of the reduction, then the pair's result from the
-    // last band (every band above has published its partial by then).
+    // last band, which merges the partials of all bands in band order.
     Partial part;
     SoftTotal<A> band_soft;
     MaxArg<A> band_best;
@@ -246,7 +251,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     if (lane == kWarp - 1) {
       __stcg(&a.ws.partials[unit_id].a, part.a);
       __stcg(&a.ws.partials[unit_id].b, part.b);
-      store_release(a.ws.flags + unit_id, n);
+      store_release(a.ws.flags + unit_id, 1);
     }
     if (!has_below && lane == 0) {
       // Merge in band order for a result independent of scheduling.
@@ -255,6 +260,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         for (int64_t k = 0; k <= band; ++k) {
           SoftTotal<A> o = band_soft;
           if (k < band) {
+            wait_for(a.ws.flags + unit_id - band + k, 1);
             o.max = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
             o.sum = A(__ldcg(&a.ws.partials[unit_id - band + k].b));
           }
@@ -269,6 +275,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         for (int64_t k = 0; k <= band; ++k) {
           MaxArg<A> o = band_best;
           if (k < band) {
+            wait_for(a.ws.flags + unit_id - band + k, 1);
             o.best = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
             o.index = static_cast<int64_t>(__ldcg(&a.ws.partials[unit_id - band + k].b));
           }
@@ -304,6 +311,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_sync_state(p, ws, s);
+  clear_tagged_edges(p, ws, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

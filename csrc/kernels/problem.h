@@ -105,6 +105,8 @@ void double_backward_cpu(const Problem& problem, const DoubleBackwardArgs& args)
 // 16-byte aligned) and passes to every pass; the launchers clear what needs
 // clearing on `stream`.
 int64_t cuda_workspace_bytes(const Problem& problem);
+// double_backward_cuda needs more: the tangent state and a second edge buffer.
+int64_t cuda_double_backward_workspace_bytes(const Problem& problem);
 void forward_cuda(const Problem& problem, const ForwardOutputs& out, void* workspace,
                   void* stream);
 void backward_cuda(const Problem& problem, const BackwardArgs& args, void* workspace,

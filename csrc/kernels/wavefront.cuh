@@ -9,8 +9,8 @@
 // the cell above from lane l-1 with one warp shuffle -- no __syncthreads and
 // no shared memory on the hot path, hence no length limit.
 //
-// Bands hand their boundary row to the next band through global memory,
-// published with release/acquire progress flags every 32 columns, so
+// Bands hand their boundary row to the next band through global memory, one
+// tagged word per column (TaggedEdge: no fences on the hot path), so
 // consecutive bands of one pair run concurrently on different warps and SMs
 // (a single long pair fills the GPU). Warps are persistent and take units
 // from a ticket counter in order (pair-major, band-minor; reversed for the
@@ -195,8 +195,9 @@ inline Workspace carve_workspace(const Problem& p, void* base) {
 inline int64_t workspace_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  // Edges hold tagged words (TaggedEdge): twice the accumulate type per column.
   return 16 + align16(units * int64_t(sizeof(int))) + align16(units * int64_t(sizeof(Partial))) +
-         align16(units * p.cols * acc);
+         align16(units * p.cols * acc * 2);
 }
 
 // Double backward: the workspace above, then a second edge buffer (the
@@ -239,9 +240,54 @@ inline void clear_sync_state(const Problem& p, const Workspace& w, cudaStream_t 
   cudaMemsetAsync(w.ticket, 0, bytes, stream);
 }
 
+// The tagged edge region is cleared as well by the passes that use it.
+inline void clear_tagged_edges(const Problem& p, const Workspace& w, cudaStream_t stream) {
+  const int64_t units = p.batch * band_count(p);
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  cudaMemsetAsync(w.edges, 0, units * p.cols * acc * 2, stream);
+}
+
 // --------------------------------------------------------------------------
 // Synchronisation between warps
 // --------------------------------------------------------------------------
+
+// A boundary value handed between bands, column by column, with no fences:
+// each 32-bit half of the value travels in one 8-byte word together with a
+// tag (column + 1), stored and loaded as a single-copy-atomic relaxed access.
+// A reader spins until the tags match, so it never needs an acquire (which
+// on this hardware invalidates the whole L1, where the scores are cached).
+template <typename A>
+struct TaggedEdge {
+  static constexpr int kWords = sizeof(A) / 4;
+
+  __device__ static void put(unsigned long long* slot, A value, int column) {
+    const unsigned long long tag = static_cast<unsigned long long>(column + 1) << 32;
+    uint32_t bits[kWords];
+    memcpy(bits, &value, sizeof(A));
+#pragma unroll
+    for (int w = 0; w < kWords; ++w)
+      asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slot + w), "l"(tag | bits[w])
+                   : "memory");
+  }
+
+  __device__ static A get(const unsigned long long* slot, int column) {
+    const unsigned long long tag = static_cast<unsigned long long>(column + 1);
+    uint32_t bits[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      unsigned long long word;
+      for (;;) {
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(slot + w) : "memory");
+        if ((word >> 32) == tag) break;
+        __nanosleep(32);
+      }
+      bits[w] = static_cast<uint32_t>(word);
+    }
+    A value;
+    memcpy(&value, bits, sizeof(A));
+    return value;
+  }
+};
 
 __device__ __forceinline__ int load_acquire(const int* flag) {
   int v;

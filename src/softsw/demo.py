@@ -185,11 +185,14 @@ def top_matches(expected: torch.Tensor, query: str, target: str, path: Sequence[
         i, j = zip(*path)
         e[list(i), list(j)] = -1.0
     flat = e.reshape(-1)
-    k = min(k, flat.numel())
-    values, index = torch.topk(flat, k)
+    values, index = torch.topk(flat, min(flat.numel(), 4 * k + 16))
+    # Sort by the value as printed, then by position, so that ties (many pairs
+    # print as 1.0000) list the same way on every device.
+    ranked = sorted((-round(v, 4), idx) for v, idx in zip(values.tolist(), index.tolist()))
     on_path = set(path)
     lines = [f"  {'probability':>11}  {'query':>9}  {'target':>9}  on the optimal path"]
-    for v, idx in zip(values.tolist(), index.tolist()):
+    for neg_v, idx in ranked[:k]:
+        v = -neg_v
         if v < 0:
             break
         i, j = divmod(idx, e.shape[1])
@@ -296,6 +299,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"device {device}, {args.dtype}")
     print()
 
+    try:
+        return _run(args, query, target, matrix, scores, device)
+    except (RuntimeError, NotImplementedError) as err:  # e.g. a kernel this build lacks
+        print(f"softsw demo: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(args, query, target, matrix, scores, device) -> int:
+    gap_open, gap_extend, temperature = args.gap_open, args.gap_extend, args.temperature
     # Hard Smith-Waterman: the exact best local alignment.
     hard, traceback = softsw.alignment(scores, gap_open, 0.0, gap_extend=gap_extend)
     hard = float(hard)
