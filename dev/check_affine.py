@@ -22,7 +22,8 @@ import torch
 
 import softsw
 
-DEV = "cuda"
+# --device cpu: a dry run of this script itself (CPU against CPU), where no GPU is at hand.
+DEV = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cuda"
 QUICK = "--quick" in sys.argv
 FAILED = []
 
@@ -155,15 +156,15 @@ def check_linear_equivalence(B, M, N, T, reduction, g, use_lengths, seed):
     for dtype, tol in ((torch.float64, 1e-9), (torch.float32, 1e-4)):
         # Tensor gap shared by open and extend: its gradient sums both, = the linear one.
         go_a = torch.full((B,), g, dtype=dtype, device=DEV, requires_grad=True)
-        Sa = S.to(DEV, dtype).requires_grad_()
+        Sa = S.detach().to(DEV, dtype).clone().requires_grad_()
         out_a = softsw.align(Sa, go_a, T, gap_extend=go_a, lengths=lengths, reduction=reduction)
         out_a.sum().backward()
         go_l = torch.full((B,), g, dtype=dtype, device=DEV, requires_grad=True)
-        Sl = S.to(DEV, dtype).requires_grad_()
+        Sl = S.detach().to(DEV, dtype).clone().requires_grad_()
         out_l = softsw.align(Sl, go_l, T, lengths=lengths, reduction=reduction)
         out_l.sum().backward()
         # Float open, extend a 0-d tensor with the same value.
-        Sb = S.to(DEV, dtype).requires_grad_()
+        Sb = S.detach().to(DEV, dtype).clone().requires_grad_()
         out_b = softsw.align(Sb, g, T, gap_extend=torch.tensor(g, dtype=dtype, device=DEV),
                              lengths=lengths, reduction=reduction)
         out_b.sum().backward()
@@ -246,7 +247,7 @@ def check_invalid_lengths(T, reduction):
 
 
 def main():
-    if not torch.cuda.is_available():
+    if DEV == "cuda" and not torch.cuda.is_available():
         print("no CUDA device")
         return 1
     shapes = [(2, 1, 1), (2, 1, 9), (2, 9, 1), (3, 31, 33), (2, 100, 7), (2, 300, 20),

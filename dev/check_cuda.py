@@ -80,7 +80,19 @@ def bench(B, M, N, train, reps=20):
     print(f"{'train' if train else 'infer'} {B}x{M}x{N}: {t*1e6:9.1f} us  {B*M*N/t/1e9:8.1f} GCUPS", flush=True)
 
 
+def bench_all():
+    for shape in [(16, 32, 32), (1024, 128, 128), (256, 512, 512), (64, 1024, 1024), (8, 4096, 4096), (1, 16384, 16384)]:
+        for train in (False, True):
+            try:
+                bench(*shape, train, reps=5 if shape[1] >= 4096 else 20)
+            except Exception as e:  # keep going
+                print(shape, train, "ERROR", e)
+
+
 if __name__ == "__main__":
+    if "--bench-only" in sys.argv:
+        bench_all()
+        sys.exit(0)
     torch.manual_seed(0)
     ok = True
     for (B, M, N) in [(2, 1, 1), (2, 1, 9), (2, 9, 1), (3, 31, 33), (2, 100, 7), (2, 64, 64), (1, 130, 70), (1, 300, 45)]:
@@ -112,9 +124,4 @@ if __name__ == "__main__":
                           f"score err {e1:.2e} alignment err {e2:.2e}", flush=True)
     print("ALL OK" if ok else "FAILURES", flush=True)
     if "--bench" in sys.argv:
-        for shape in [(16, 32, 32), (1024, 128, 128), (256, 512, 512), (64, 1024, 1024), (8, 4096, 4096), (1, 16384, 16384)]:
-            for train in (False, True):
-                try:
-                    bench(*shape, train, reps=5 if shape[1] >= 4096 else 20)
-                except Exception as e:  # keep going
-                    print(shape, train, "ERROR", e)
+        bench_all()

@@ -201,3 +201,43 @@ def test_gap_tensors_without_requires_grad(device, gen):
         got = grads(out, [args[k] for k in wanted])
         for k, g in zip(wanted, got):
             assert torch.equal(g, full[k]), f"input {k} with requires_grad set on {wanted}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T", [1.0, 0.0])
+def test_float_open_tensor_extend(device, gen, T):
+    S = randn(gen, 2, 17, 22, device=device)
+    ge = gap_tensor(gen, (2, 1, 22), -0.3, device, spread=0.1)
+    compare_with_reference(gen, S, -1.1, T, gap_extend=ge, reduction="soft")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_contiguous_gap_tensors(device, gen):
+    """Gap tensors read through their strides: a transposed (B, M, N) view and a
+    strided slice give the contiguous result."""
+    b, m, n = 2, 15, 18
+    S = randn(gen, b, m, n, device=device)
+    go = gap_tensor(gen, (b, n, m), -0.9, device).transpose(1, 2)
+    ge = gap_tensor(gen, (b, 2 * m, n), -0.2, device, spread=0.1)[:, ::2]
+    assert not go.is_contiguous() and not ge.is_contiguous()
+    for T in (1.0, 0.0):
+        o1, e1 = leaf(go), leaf(ge)
+        a = softsw.align(S, o1, T, gap_extend=e1)
+        ga = grads(a, [o1, e1])
+        o2, e2 = leaf(go.contiguous()), leaf(ge.contiguous())
+        c = softsw.align(S, o2, T, gap_extend=e2)
+        gc = grads(c, [o2, e2])
+        assert torch.equal(a, c) and torch.equal(ga[0], gc[0]) and torch.equal(ga[1], gc[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32],
+                         ids=["fp16", "bf16", "fp32"])
+def test_gap_tensors_low_precision(device, gen, dtype):
+    """Gap tensors in the dtype of the scores (half types: converted like the
+    scores), affine, values and gradients against the reference."""
+    S = randn(gen, 3, 20, 24, dtype=dtype, device=device)
+    go = gap_tensor(gen, (3, 20, 1), -0.9, device, dtype=dtype)
+    ge = gap_tensor(gen, (3, 1, 24), -0.2, device, dtype=dtype, spread=0.1)
+    compare_with_reference(gen, S, go, 1.0, gap_extend=ge, reduction="soft")
+    compare_with_reference(gen, S, go, 1.0, reduction="max")

@@ -153,3 +153,45 @@ def test_hvp_vs_reference(device, gen, affine, T, reduction):
         assert_close(a, e, torch.float64, f"gradient d/d {name}")
     for name, a, e in zip(names + ["grad_output"], k_second, r_second):
         assert_close(a, e, torch.float64, f"HVP d/d {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [1.0, 0.5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
+def test_hvp_low_precision(device, gen, dtype, T, reduction):
+    """Double backward in float32 / half types (affine, a gap tensor) against
+    the float64 kernel on the same rounded inputs. Tolerance: twice
+    conftest.grad_tol -- the HVP carries the weights' error plus that of
+    their tangents, which is of the same size."""
+    from conftest import grad_tol
+    b, m, n = 3, 30, 40
+    S = randn(gen, b, m, n, dtype=dtype).double()
+    V = randn(gen, b, m, n, dtype=dtype).double()
+    go = randn(gen, b, m, 1, dtype=dtype, scale=0.1, shift=-0.8).double()
+    w = randn(gen, b, dtype=dtype).double()
+    res = []
+    for dt, dev in ((torch.float64, "cpu"), (dtype, device)):
+        x, g0, ww = leaf(S.to(dt).to(dev)), leaf(go.to(dt).to(dev)), w.to(dt).to(dev)
+        out = softsw.align(x, g0, T, gap_extend=-0.2, reduction=reduction)
+        first = torch.autograd.grad(out, [x, g0], grad_outputs=ww, create_graph=True)
+        second = torch.autograd.grad((first[0] * V.to(dt).to(dev)).sum(), [x, g0])
+        res.append((out,) + first + second)
+    tol = 2 * grad_tol(dtype, m, n, T, res[0][0].abs().max().item())
+    for name, a, e in zip(["d/d S", "d/d gap", "HVP d/d S", "HVP d/d gap"], res[1][1:],
+                          res[0][1:]):
+        assert a.dtype == dtype
+        assert_close(a, e, dtype, name, tol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_twice_with_retain_graph(device, gen):
+    """The saved state is not consumed or modified by a backward pass."""
+    x = leaf(randn(gen, 2, 21, 25, device=device))
+    g = leaf(torch.tensor(-0.6, dtype=torch.float64, device=device))
+    out = softsw.align(x, g, 0.8, gap_extend=-0.1, reduction="soft")
+    out.sum().backward(retain_graph=True)
+    first = (x.grad.clone(), g.grad.clone())
+    out.sum().backward()
+    assert torch.equal(x.grad, 2 * first[0]) and torch.equal(g.grad, 2 * first[1])

@@ -1,10 +1,13 @@
 """softsw.align (linear gaps, float gap scores): scores and gradients against the
 float64 reference of SPEC.md, on fresh random inputs, on every device."""
+import math
+
 import pytest
 import torch
 
 import softsw
-from conftest import DEVICES, assert_close, grad_tol, score_tol, fill_padding, grads, leaf, rand_lengths, randn
+from conftest import (DEVICES, assert_close, fill_padding, grad_tol, grads, leaf, rand_lengths,
+                      randn, score_tol)
 from helpers import compare_with_reference, quantized
 
 SHAPES = [(1, 1), (1, 17), (13, 1), (31, 33), (100, 7), (64, 64)]
@@ -204,9 +207,9 @@ def test_expected_alignment_is_a_probability(device, gen, T, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("reduction", REDUCTIONS)
-def test_soft_reduction_at_zero_temperature_is_max(device, gen, reduction):
-    S = quantized(gen, 3, 45, 38, device=device)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32"])
+def test_soft_reduction_at_zero_temperature_is_max(device, gen, dtype):
+    S = quantized(gen, 3, 45, 38, dtype=dtype, device=device)
     x = leaf(S)
     out = softsw.align(x, -0.5, 0.0, reduction="soft")
     (g,) = grads(out, [x])
@@ -275,3 +278,114 @@ def test_float32_vs_float64_kernel_large(device, gen, T, reduction):
     gtol = grad_tol(torch.float32, 400, 500, T, a.abs().max().item())
     assert_close(gb, ga, torch.float32, "float32 gradient", tol=gtol)
 
+
+
+def assert_sub_probability(P, dtype, T, score_scale, what):
+    """Expected alignment: entries in [0, 1], each query / target position
+    matched at most once in expectation (row and column sums <= 1). Rounding
+    may push a probability above 1 by the weights' relative error
+    (conftest.grad_tol: u sqrt(M+N) |score| / T, which grows without bound as
+    T -> 0), but never by 1/2 or more: that is not rounding any more but one
+    path counted twice."""
+    M, N = P.shape[-2:]
+    slack = min(0.5, grad_tol(dtype, M, N, T, score_scale))
+    P = P.detach().double().cpu()
+    assert bool(torch.isfinite(P).all()), f"{what}: non-finite expected alignment"
+    assert P.min().item() >= -slack, f"{what}: entry {P.min().item()} < 0"
+    for name, v in (("entry", P.max()), ("row sum", P.sum(-1).max()),
+                    ("column sum", P.sum(-2).max())):
+        assert v.item() <= 1 + slack, f"{what}: {name} {v.item()} > 1 + {slack:.3g}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype,temps", [
+    (torch.float64, (1e-2, 1e-8, 1e-100, 1e-300, 1e-306, 1e-307, 1e-308, 1e-320)),
+    (torch.float32, (1e-2, 1e-8, 1e-30, 1e-36, 1e-37, 1e-38, 1e-40, 1e-45)),
+], ids=["fp64", "fp32"])
+def test_small_temperatures_approach_hard_mode(device, gen, dtype, temps, reduction):
+    """softmax_T -> max as T -> 0: for any T > 0 (however small, down to
+    subnormals) the score lies within [hard - rounding, hard + T log(#paths)]
+    (#paths ending anywhere <= (M+1)(N+1) 3^(M+N)), and the gradient is a finite
+    expected alignment."""
+    B, M, N = 2, 40, 35
+    S = randn(gen, B, M, N, dtype=dtype, device=device)
+    hard = softsw.align(S, -0.5, 0.0)
+    rounding = score_tol(dtype, M, N) * max(1.0, hard.abs().max().item())
+    log_paths = math.log((M + 1) * (N + 1)) + (M + N) * math.log(3.0)
+    for T in temps:
+        _, P = softsw.alignment(S, -0.5, T, reduction=reduction)
+        out = softsw.align(S, -0.5, T, reduction=reduction)
+        assert bool(torch.isfinite(out).all()), f"T={T}: score {out.tolist()}"
+        assert bool((out >= hard - rounding).all()), f"T={T}: {out.tolist()} < hard {hard.tolist()}"
+        assert bool((out <= hard + rounding + T * log_paths).all()), f"T={T}: {out.tolist()}"
+        assert_sub_probability(P, dtype, T, hard.abs().max().item(), f"T={T}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype,temps", [
+    (torch.float64, (1e-3, 1e-10, 1e-14, 1e-16)),
+    (torch.float32, (1e-3, 1e-5, 1e-6, 1e-7)),
+], ids=["fp64", "fp32"])
+def test_exact_ties_at_small_temperature(device, gen, dtype, temps, reduction):
+    """Integer scores (as with BLOSUM) make exactly tied alignments; at small T
+    the Gibbs distribution splits between them, and the expected alignment
+    stays a (sub-)probability however large the scores are in units of T."""
+    S = torch.randint(-3, 4, (4, 30, 30), generator=gen).to(dtype).to(device)
+    hard = softsw.align(S, -1.0, 0.0)
+    for T in temps:
+        score, P = softsw.alignment(S, -1.0, T, reduction=reduction)
+        assert bool((score >= hard - score_tol(dtype, 30, 30) * hard.abs().max()).all())
+        assert_sub_probability(P, dtype, T, hard.abs().max().item(), f"T={T}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32"])
+def test_minus_inf_gap_is_ungapped_alignment(device, gen, dtype):
+    """gap_open = -inf forbids gaps: hard mode is the best ungapped local
+    alignment, i.e. the best contiguous run along any diagonal (Kadane)."""
+    B, M, N = 3, 23, 31
+    S = quantized(gen, B, M, N, dtype=dtype, device=device)
+    out = softsw.align(S, -math.inf, 0.0)
+    Sd = S.double().cpu()
+    for b in range(B):
+        best = 0.0
+        for off in range(-(M - 1), N):
+            run = 0.0
+            for v in torch.diagonal(Sd[b], offset=off).tolist():
+                run = max(0.0, run + v)
+                best = max(best, run)
+        assert out[b].item() == best, (b, out[b].item(), best)
+    # Soft mode with -inf gaps against the reference (no gap path contributes).
+    compare_with_reference(gen, randn(gen, 2, 17, 19, dtype=dtype, device=device), -math.inf,
+                           0.8, reduction="soft")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T", [1.0, 0.01])
+def test_large_score_magnitudes(device, gen, T):
+    """Scores of magnitude ~1e3 (and T = 0.01: arguments of exp ~1e5) stay exact."""
+    S = randn(gen, 2, 24, 29, device=device, scale=1000.0)
+    compare_with_reference(gen, S, -700.0, T, reduction="soft")
+    compare_with_reference(gen, randn(gen, 2, 24, 29, device=device), -0.5, T)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_offset(device, gen):
+    """Views that start inside their storage (contiguous or not) give the
+    result of a fresh contiguous copy; the gradient lands in the viewed part only."""
+    base = randn(gen, 4, 20, 26, device=device)
+    for sl in ((slice(1, None),), (slice(1, None), slice(2, None), slice(3, None)),
+               (slice(None), slice(None), slice(1, None))):
+        xb = leaf(base)
+        view = xb[sl]
+        assert view.storage_offset() > 0
+        out = softsw.align(view, -0.5, 1.0)
+        (gb,) = grads(out, [xb])
+        y = leaf(base[sl].contiguous())
+        ref = softsw.align(y, -0.5, 1.0)
+        (gy,) = grads(ref, [y])
+        assert torch.equal(out, ref)
+        assert torch.equal(gb[sl], gy)
+        assert gb.abs().sum().item() == pytest.approx(gy.abs().sum().item(), rel=1e-14)

@@ -436,10 +436,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int lanes_active = (rows_here + R - 1) / R;
     const int64_t steps = nc + int64_t(lanes_active) * R - 1;
 
-    // A saved plane of this lane's rows on anti-diagonal d (`outside` where
-    // the cell is outside the region).
-    auto load_diagonal = [&](const A* base, int64_t d, A outside, A* out) {
-      const int64_t slot = d >= 0 ? d % n : 0;
+    // A saved plane of this lane's rows on anti-diagonal d, stored at `slot`
+    // = d mod n (`outside` where the cell is outside the region).
+    auto slot_of = [&](int64_t d) { return d >= 0 ? d % n : 0; };
+    auto load_diagonal = [&](const A* base, int64_t d, int64_t slot, A outside, A* out) {
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int64_t c = d - r0 - k;
@@ -471,14 +471,18 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     A mD[R], mDp[R], mA[R], mU[R], mB[R], mL[R];
     // The loop starts one step past the last anti-diagonal (every cell
     // outside) so that D, A, B of anti-diagonal steps-1 get computed.
-    load_diagonal(hidden, steps, A(0), c0);
-    load_diagonal(hidden, steps - 1, A(0), c1);
-    load_diagonal(hidden, steps - 2, A(0), c2);
-    load_diagonal(hidden, steps - 3, A(0), c3);
-    load_diagonal(hidden + plane, steps, kNegInf, u0);
-    load_diagonal(hidden + plane, steps - 1, kNegInf, u1);
-    load_diagonal(hidden + 2 * plane, steps, kNegInf, l0);
-    load_diagonal(hidden + 2 * plane, steps - 1, kNegInf, l1);
+    load_diagonal(hidden, steps, slot_of(steps), A(0), c0);
+    load_diagonal(hidden, steps - 1, slot_of(steps - 1), A(0), c1);
+    load_diagonal(hidden, steps - 2, slot_of(steps - 2), A(0), c2);
+    load_diagonal(hidden, steps - 3, slot_of(steps - 3), A(0), c3);
+    load_diagonal(hidden + plane, steps, slot_of(steps), kNegInf, u0);
+    load_diagonal(hidden + plane, steps - 1, slot_of(steps - 1), kNegInf, u1);
+    load_diagonal(hidden + 2 * plane, steps, slot_of(steps), kNegInf, l0);
+    load_diagonal(hidden + 2 * plane, steps - 1, slot_of(steps - 1), kNegInf, l1);
+    // Slots of anti-diagonals t-4 and t-2 (the loads at the end of step t),
+    // stepped down with t; meaningless once the diagonal is negative (no
+    // cell of it is then inside).
+    int64_t slot4 = slot_of(steps - 4), slot2 = slot_of(steps - 2);
     load_scores(steps - 1, s1);
 #pragma unroll
     for (int k = 0; k < R; ++k) {
@@ -630,11 +634,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         b0[k] = b1[k];
       }
       if (t > 0) {
-        load_diagonal(hidden, t - 4, A(0), c3);
-        load_diagonal(hidden + plane, t - 2, kNegInf, u1);
-        load_diagonal(hidden + 2 * plane, t - 2, kNegInf, l1);
+        load_diagonal(hidden, t - 4, slot4, A(0), c3);
+        load_diagonal(hidden + plane, t - 2, slot2, kNegInf, u1);
+        load_diagonal(hidden + 2 * plane, t - 2, slot2, kNegInf, l1);
         load_scores(t - 2, s1);
       }
+      slot4 = slot4 == 0 ? n - 1 : slot4 - 1;
+      slot2 = slot2 == 0 ? n - 1 : slot2 - 1;
     }
   }
 }

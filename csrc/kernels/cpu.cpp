@@ -158,47 +158,17 @@ void fill_outside(T* out, int64_t M, int64_t N, int64_t mr, int64_t nr, Acc<T> v
 // ---------------------------------------------------------------------------
 // Cell math on the CPU. glibc's exp2 takes a slow errno path whenever its
 // result underflows, which soft Smith-Waterman hits at most cells (a
-// candidate far below the max), so results below the smallest normal are
-// flushed to 0 first. In float, exp2 and log2 are inline polynomials (the
-// ones of the vectorised forward below: relative error ~2e-9 / ~7e-10 before
-// rounding), about twice as fast as the library calls. CpuLinearCell and
-// CpuSoftTotal mirror LinearCell and SoftTotal of recurrence.h (same
-// formulas, same hard tie order) on this math.
+// candidate far below the max), so arguments below the smallest normal are
+// flushed to 0 first. (Inline polynomials, as in the vectorised forward,
+// measured no faster than libm in scalar code on the baseline ISA.)
+// CpuLinearCell and CpuSoftTotal mirror LinearCell and SoftTotal of
+// recurrence.h (same formulas, same hard tie order) on this exp2.
 // ---------------------------------------------------------------------------
 
 struct CpuMath {
-  static float exp2(float x) {
-    if (!(x >= -126.0f)) return x != x ? x : 0.0f;  // NaN stays NaN
-    if (x > 127.0f) return std::exp2(x);             // overflow: inf
-    const float r = (x + 12582912.0f) - 12582912.0f;  // nearest integer (1.5 * 2^23)
-    const float f = x - r;                             // [-0.5, 0.5]
-    float p = 1.5345807505118443e-4f;
-    p = p * f + 1.3399931183056234e-3f;
-    p = p * f + 9.618488973835451e-3f;
-    p = p * f + 5.5503287770777475e-2f;
-    p = p * f + 0.24022646890479515f;
-    p = p * f + 0.6931472057371986f;
-    p = p * f + 1.0000000005541863f;
-    return p * std::bit_cast<float>((static_cast<int32_t>(r) + 127) << 23);
-  }
+  static float exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
   static double exp2(double x) { return x < -1022.0 ? 0.0 : std::exp2(x); }
-  static float log2(float y) {
-    if (!(y >= 1.0f) || y > 3.0e38f) return std::log2(y);  // outside what the cells need
-    const int32_t bits = std::bit_cast<int32_t>(y);
-    int32_t e = (bits >> 23) - 127;
-    float m = std::bit_cast<float>((bits & 0x7fffff) | 0x3f800000);  // [1, 2)
-    if (m > 1.41421356f) {
-      m *= 0.5f;
-      e += 1;
-    }
-    const float u = (m - 1.0f) / (m + 1.0f);
-    const float z = u * u;
-    float p = 0.4317358635086163f;
-    p = p * z + 0.5767143847072285f;
-    p = p * z + 0.9617988476322529f;
-    p = p * z + 2.8853900797889525f;
-    return u * p + static_cast<float>(e);
-  }
+  static float log2(float x) { return std::log2(x); }
   static double log2(double x) { return std::log2(x); }
 };
 

@@ -51,6 +51,8 @@ def _check_scores(scores) -> None:
 
 
 def _check_temperature(temperature) -> float:
+    if type(temperature) is float and temperature >= 0.0 and temperature != math.inf:
+        return temperature  # the common case, checked cheaply
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(
             "softsw: `temperature` must be a Python number >= 0, "
@@ -69,6 +71,8 @@ def _check_reduction(reduction) -> int:
 
 def _gap_argument(gap, name: str, scores: torch.Tensor) -> Tuple[Optional[torch.Tensor], float]:
     """(tensor expanded to (B, M, N) or None, float value)."""
+    if type(gap) is float and -math.inf <= gap < math.inf:
+        return None, gap  # the common case, checked cheaply
     batch, rows, cols = scores.shape
     if isinstance(gap, torch.Tensor):
         if gap.dtype.is_complex or not gap.dtype.is_floating_point:

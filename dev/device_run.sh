@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
+#   build  check  double  affine  host  ncu  bench  tests
+# Logs go to $OUT (at most 8 files come back); a summary is printed last.
+set -o pipefail
+REPO=$PWD
+export CUDA_HOME=/usr/local/cuda TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} PYTHONUNBUFFERED=1 MAX_JOBS=16
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+OUT=${OUT:-$REPO/out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+SUMMARY=$OUT/summary.txt; : > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+for stage in "$@"; do
+  case $stage in
+    build)
+      if python3 -c "import softsw" 2>/dev/null && [ -n "$PREBUILT" ]; then say "build: prebuilt"; continue; fi
+      ( time python3 -m pip install --no-build-isolation --no-deps --no-index . ) > $OUT/build.log 2>&1 \
+        && say "build: ok" || { say "build: FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
+    check)
+      (cd /tmp && timeout 300 python3 $REPO/dev/check_cuda.py) > $OUT/check.log 2>&1
+      say "check: $(grep -c '^ok' $OUT/check.log) ok, $(grep -c '^BAD' $OUT/check.log) bad; $(tail -1 $OUT/check.log)"
+      grep '^BAD' $OUT/check.log | head -5 ;;
+    double)
+      (cd /tmp && timeout 300 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
+      say "double: $(tail -1 $OUT/double.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double.log | head -5 ;;
+    affine)
+      (cd /tmp && timeout 300 python3 $REPO/dev/check_affine.py) > $OUT/affine.log 2>&1
+      say "affine: $(tail -1 $OUT/affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/affine.log | head -5 ;;
+    host)
+      (cd /tmp && python3 $REPO/dev/profile_cuda.py --host) 2>&1 | tee -a "$SUMMARY" ;;
+    ncu)
+      (cd /tmp && timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section LaunchStats -k regex:wavefront python3 $REPO/dev/profile_cuda.py) > $OUT/ncu.txt 2>&1
+      grep -E "wavefront|Duration|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Registers Per|Compute \(SM\) Throughput|Memory Throughput" $OUT/ncu.txt \
+        | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
+    bench)
+      (cd /tmp && timeout 300 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
+    tests)
+      (cd /tmp && timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -n 8 -p no:cacheprovider $REPO/tests) > $OUT/pytest.log 2>&1
+      say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
+  esac
+done
+echo "===== summary"; cat "$SUMMARY"
