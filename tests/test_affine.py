@@ -241,3 +241,19 @@ def test_gap_tensors_low_precision(device, gen, dtype):
     ge = gap_tensor(gen, (3, 1, 24), -0.2, device, dtype=dtype, spread=0.1)
     compare_with_reference(gen, S, go, 1.0, gap_extend=ge, reduction="soft")
     compare_with_reference(gen, S, go, 1.0, reduction="max")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_affine_hard_ties_documented_order(device, gen, reduction):
+    """Integer scores and gaps tie many affine paths exactly; the T = 0
+    traceback breaks ties as the kernels document it (csrc/kernels/cpu.cpp):
+    C: start, match, gap down, gap right; C' of a gap down: start, match, gap
+    right (of a gap right: start, match, gap down); U and L: open before extend
+    -- the reference's order, so gradients match bit for bit (and every backend
+    returns the same traceback)."""
+    S = quantized(gen, 3, 27, 25, device=device, step=1.0, scale=2.5)
+    for gaps in ((-2.0, -1.0), (-1.0, -1.0), (-1.0, -2.0)):
+        compare_with_reference(gen, S, gaps[0], 0.0, gap_extend=gaps[1], reduction=reduction)
+    go = torch.round(gap_tensor(gen, (3, 27, 1), -2.0, device, spread=1.0))
+    compare_with_reference(gen, S, go, 0.0, gap_extend=-1.0, reduction=reduction)

@@ -84,7 +84,7 @@ ISA_SCRIPT = textwrap.dedent("""
     for T in (1.0, 0.3, 0.0):
         X = Q if T == 0 else S
         for red in ("max", "soft"):
-            for dt in (torch.float32, torch.float16):
+            for dt in ((torch.float32, torch.float16) if T == 1.0 else (torch.float32,)):
                 xd = X.to(dt).requires_grad_(True)
                 x64 = xd.detach().double().requires_grad_(True)
                 a = softsw.align(x64, -0.5, T, lengths=lengths, reduction=red)
@@ -98,7 +98,7 @@ ISA_SCRIPT = textwrap.dedent("""
                 assert_close(gb, ga, dt, what + " gradient", tol=tol)
                 # Each pair alone (a lone pair may take the scalar path, whose
                 # exp2 / log2 differ from the vector polynomials in the last bit).
-                for k in range(0, B, 2):
+                for k in range(0, B, 5):
                     m, n = lengths[k].tolist()
                     one = softsw.align(xd.detach()[k, :m, :n], -0.5, T, reduction=red)
                     assert_close(b[k], one, dt, f"{what} pair {k} alone",

@@ -316,8 +316,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
   if (p.batch == 0 || p.rows == 0 || p.cols == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
-  clear_sync_state(p, ws, s);
-  clear_tagged_edges(p, ws, s);
+  clear_workspace(p, ws, s);
   const int64_t cells = p.batch * p.rows * p.cols;
   const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
   if (p.lengths) {  // cells outside the pairs get exactly zero

@@ -310,8 +310,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
-  clear_sync_state(p, ws, s);
-  clear_tagged_edges(p, ws, s);
+  clear_workspace(p, ws, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

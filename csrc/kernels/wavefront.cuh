@@ -240,11 +240,10 @@ inline void clear_sync_state(const Problem& p, const Workspace& w, cudaStream_t 
   cudaMemsetAsync(w.ticket, 0, bytes, stream);
 }
 
-// The tagged edge region is cleared as well by the passes that use it.
-inline void clear_tagged_edges(const Problem& p, const Workspace& w, cudaStream_t stream) {
-  const int64_t units = p.batch * band_count(p);
-  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  cudaMemsetAsync(w.edges, 0, units * p.cols * acc * 2, stream);
+// The passes that hand edges as tagged words clear them too: one memset of
+// the whole workspace (one launch matters on small problems).
+inline void clear_workspace(const Problem& p, const Workspace& w, cudaStream_t stream) {
+  cudaMemsetAsync(w.ticket, 0, workspace_bytes(p), stream);
 }
 
 // --------------------------------------------------------------------------

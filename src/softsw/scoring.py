@@ -285,7 +285,8 @@ def _lookup_table(alphabet: str) -> torch.Tensor:
 
 
 def _alphabet_of(alphabet: Any) -> str:
-    if isinstance(alphabet, str) and alphabet.upper() not in _matrix_names():
+    if isinstance(alphabet, str) and alphabet.upper() not in _matrix_names() \
+            and os.sep not in alphabet:
         symbols = list(alphabet)
         if not symbols:
             raise ValueError("softsw.scoring: the alphabet is empty")
