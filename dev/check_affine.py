@@ -246,6 +246,23 @@ def check_invalid_lengths(T, reduction):
     return report(ok, f"invalid-lengths T={T} {reduction}", f"NaN pair only, matches CPU={ok}")
 
 
+def check_nan_inside(T, reduction, dtype):
+    """A NaN score inside pair 0 (pair 1 clean): same NaN pattern and values as the CPU."""
+    B, M, N = 2, 140, 37
+    gen = torch.Generator().manual_seed(11)
+    S = torch.randn(B, M, N, generator=gen, dtype=torch.float64)
+    S[0, 70, 20] = math.nan
+    go = make_gap("B1N", -1.0, B, M, N, gen)
+    ge = make_gap("BM1", -0.3, B, M, N, gen)
+    w = torch.ones(B, dtype=torch.float64)
+    cv, cg = run(S, go, ge, T, None, reduction, w, "cpu", dtype)
+    gv, gg = run(S, go, ge, T, None, reduction, w, DEV, dtype)
+    tol = 0.0 if T == 0 else (1e-9 if dtype == torch.float64 else 2e-3)
+    errs = [rel_err(gv, cv)] + [rel_err(a, b) for a, b in zip(gg, cg)]
+    ok = max(errs) <= tol and bool(torch.isnan(gv[0])) and not bool(torch.isnan(gv[1]))
+    return report(ok, f"nan-inside T={T} {reduction} {dtype}", f"max err {max(errs):.1e}")
+
+
 def main():
     if DEV == "cuda" and not torch.cuda.is_available():
         print("no CUDA device")
@@ -296,6 +313,8 @@ def main():
     for T in (1.0, 0.0):
         for reduction in ("max", "soft"):
             check_invalid_lengths(T, reduction)
+            for dtype in (torch.float64, torch.float32):
+                check_nan_inside(T, reduction, dtype)
     if FAILED:
         print(f"{len(FAILED)} failing cases:")
         for d in FAILED[:60]:

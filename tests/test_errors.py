@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import softsw
-from conftest import HAS_CUDA, randn
+from conftest import HAS_CUDA
 
 F64 = torch.float64
 

@@ -36,7 +36,7 @@ def test_reference_lengths_slice_pairs(gen):
 
 
 def test_reference_hard_mode_matches_biopython():
-    Bio = pytest.importorskip("Bio")  # noqa: F841
+    pytest.importorskip("Bio")
     from Bio import Align
     from Bio.Align import substitution_matrices
 

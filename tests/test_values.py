@@ -105,8 +105,9 @@ def test_lengths_equal_separate_calls(device, gen, dtype):
             xb = leaf(S[b, :m, :n])
             ob = softsw.align(xb, -0.7, 1.0, reduction=reduction)
             (gb,) = grads(ob, [xb])
-            assert_close(out[b], ob, dtype, f"pair {b} score")
-            assert_close(g[b, :m, :n], gb, dtype, f"pair {b} gradient")
+            assert_close(out[b], ob, dtype, f"pair {b} score", tol=score_tol(dtype, M, N))
+            gtol = grad_tol(dtype, M, N, 1.0, out.abs().max().item())
+            assert_close(g[b, :m, :n], gb, dtype, f"pair {b} gradient", tol=gtol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -242,8 +243,9 @@ def test_transpose_symmetry(device, gen, T, reduction):
     b = softsw.align(y, -0.8, T, reduction=reduction)
     (ga,) = grads(a, [x])
     (gb,) = grads(b, [y])
-    assert_close(a, b, torch.float64, "score of S^T")
-    assert_close(ga, gb.transpose(1, 2), torch.float64, "gradient of S^T")
+    assert_close(a, b, torch.float64, "score of S^T", tol=score_tol(torch.float64, 180, 260))
+    gtol = grad_tol(torch.float64, 180, 260, T, a.abs().max().item())
+    assert_close(ga, gb.transpose(1, 2), torch.float64, "gradient of S^T", tol=gtol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -257,9 +259,11 @@ def test_scale_equivariance(device, gen, reduction):
         b = softsw.align(y, -1.8, 3.0 * T, reduction=reduction)
         (ga,) = grads(a, [x])
         (gb,) = grads(b, [y])
-        assert_close(b, 3.0 * a, torch.float64, "scaled score")
+        assert_close(b, 3.0 * a, torch.float64, "scaled score",
+                     tol=score_tol(torch.float64, 210, 170))
         if T > 0:
-            assert_close(gb, ga, torch.float64, "scaled gradient")
+            assert_close(gb, ga, torch.float64, "scaled gradient",
+                         tol=grad_tol(torch.float64, 210, 170, T, a.abs().max().item()))
 
 
 @pytest.mark.parametrize("device", DEVICES)

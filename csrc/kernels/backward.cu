@@ -10,6 +10,7 @@
 // forward, the bulk of a tall band (R = 4, aligned rows) runs unchecked in
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
+#include "affine.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -311,8 +312,7 @@ void launch_backward(const BackwardKernelArgs<T, A>& args, cudaStream_t stream) 
 
 void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, void* stream) {
   using namespace cuda;
-  if (p.affine)
-    throw std::runtime_error("softsw: affine gaps are not implemented in the CUDA kernels yet");
+  if (p.affine) return affine_backward_cuda(p, args, workspace, stream);
   if (p.batch == 0 || p.rows == 0 || p.cols == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);

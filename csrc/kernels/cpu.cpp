@@ -8,7 +8,16 @@
 // are unit-free; tangents (MATH.md's Hdot) are kept in the caller's units, so
 // the tangent of a weight is p * (vdot - hdot) / T. Hard mode is max-plus in
 // the caller's units (beta = 1). A temperature so small that 1 / (T ln 2)
-// overflows the accumulate type runs as hard.
+// overflows the accumulate type runs as hard (precisely: when 2^20 / (T ln 2)
+// does, T <~ 1e-32 in float, 1e-302 in double, so that alignment scores up to
+// ~1e6 stay finite in kernel units; below such T softmax_T is max to rounding).
+//
+// Weights. The backward passes normalise every soft node's weights (and the
+// "soft" reduction's seeds) to sum to 1. With exact arithmetic they already
+// do; as T -> 0 the stored values, ~score / T in kernel units, lose the
+// log2(1 + ...) term to rounding, and unnormalised weights would then count
+// tied paths twice (expected-alignment entries of 2). Normalised, the reverse
+// pass is a Markov chain and the expected alignment a sub-probability.
 //
 // Hidden layout (accumulate type, padded extents M, N):
 //   linear: H[b][i-1][j-1]                                      B*M*N
@@ -190,7 +199,9 @@ struct CpuLinearCell {
     if constexpr (HARD) {
       return LinearCell<A, true>::weights(h, v1, v2, v3);
     } else {
-      return Weights<A>{CpuMath::exp2(v1 - h), CpuMath::exp2(v2 - h), CpuMath::exp2(v3 - h)};
+      const A p1 = CpuMath::exp2(v1 - h), p2 = CpuMath::exp2(v2 - h), p3 = CpuMath::exp2(v3 - h);
+      const A z = CpuMath::exp2(-h) + p1 + p2 + p3;  // 1 up to rounding (see "Weights")
+      return Weights<A>{p1 / z, p2 / z, p3 / z};
     }
   }
 };
@@ -211,7 +222,31 @@ struct CpuSoftTotal {
   A value() const { return is_nan(max) ? max : max + CpuMath::log2(sum); }
 };
 
-template <typename A, bool HARD> using CpuAffineCell = AffineCell<A, HARD, CpuMath>;
+// AffineCell of recurrence.h on CpuMath, its soft weights normalised.
+template <typename A, bool HARD>
+struct CpuAffineCell : AffineCell<A, HARD, CpuMath> {
+  using Base = AffineCell<A, HARD, CpuMath>;
+  static GapWeights<A> gap_weights(A h, A vo, A ve) {
+    GapWeights<A> w = Base::gap_weights(h, vo, ve);
+    if constexpr (!HARD) {
+      const A z = w.open + w.extend;
+      if (z > A(0)) {
+        w.open /= z;
+        w.extend /= z;
+      }
+    }
+    return w;
+  }
+  static PrimeWeights<A> prime_weights(A h, A x, A y) {
+    PrimeWeights<A> w = Base::prime_weights(h, x, y);
+    if constexpr (!HARD) {
+      const A z = CpuMath::exp2(-h) + w.p1 + w.p2;
+      w.p1 /= z;
+      w.p2 /= z;
+    }
+    return w;
+  }
+};
 
 // ---------------------------------------------------------------------------
 // Batch parallelism: pairs are handed out dynamically to std::threads, each
@@ -323,7 +358,9 @@ struct Setup {
     const double t = pr.temperature;
     const A b = static_cast<A>(1.0 / (t * kLn2));
     const A it = static_cast<A>(1.0 / t);
-    hard = !(t > 0.0) || !std::isfinite(b) || !std::isfinite(it);
+    // Tiny T runs as hard: kernel units must hold scores up to ~2^20 (float:
+    // T >~ 1e-32, double: T >~ 1e-302); below, softmax_T equals max to rounding.
+    hard = !(t > 0.0) || !std::isfinite(b * A(1 << 20)) || !std::isfinite(it);
     beta = hard ? A(1) : b;
     unit = hard ? A(1) : static_cast<A>(t * kLn2);
     inv_t = hard ? A(0) : it;
@@ -914,11 +951,21 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
 
 template <typename A>
 struct Seed {
-  bool soft = false;  // soft: e0 = 2^(h - total) everywhere; else 1 at the region's corner
+  bool soft = false;  // soft: e0 = 2^(h - total) * scale everywhere; else 1 at the region's corner
   A total = 0;
+  A scale = 1;  // 1 / sum of 2^(h - total) over the pair: 1 up to rounding (see "Weights")
   A sdot = 0;   // soft tangent: e0dot = e0 * (hdot - sdot) / T
   A inv_t = 0;
 };
+
+// 1 / sum over the pair's cells of 2^(h - total): normalises the "soft" seeds.
+template <typename A>
+A seed_scale(const A* hid_c, int64_t N, int64_t m, int64_t n, A total) {
+  A z = A(0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) z += CpuMath::exp2(hid_c[i * N + j] - total);
+  return z > A(0) ? A(1) / z : A(1);
+}
 
 // Rows 1..mr, cols 1..nr: the whole pair (soft), or up to the argmax (max).
 // Returns false when the saved argmax does not fit the pair (corrupt state).
@@ -1001,7 +1048,7 @@ void reverse_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>*
       const A v1 = H(i - 1, j - 1) + pv.s(i, j), v2 = H(i - 1, j) + g, v3 = H(i, j - 1) + g;
       const Weights<A> w = Cell::weights(h, v1, v2, v3);
       A e0 = A(0);
-      if (seed.soft) e0 = CpuMath::exp2(h - seed.total);
+      if (seed.soft) e0 = CpuMath::exp2(h - seed.total) * seed.scale;
       else if (i == mr && j == nr) e0 = A(1);
       const A E = e0 + in[j] + right;
       const A m1 = E * w.p1, m2 = E * w.p2, m3 = E * w.p3;
@@ -1165,7 +1212,7 @@ void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr
       const int64_t k = (i - 1) * N + (j - 1);
       const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
       A e0 = A(0);
-      if (seed.soft) e0 = CpuMath::exp2(hv.C[k] - seed.total);
+      if (seed.soft) e0 = CpuMath::exp2(hv.C[k] - seed.total) * seed.scale;
       else if (i == mr && j == nr) e0 = A(1);
       const A EC = e0 + inC[j], EA = inA[j], EB = rB;
       const A EU = inU[j] + EC * w.c.p2 + EB * w.b.p2;
@@ -1252,6 +1299,7 @@ void backward_impl(const Problem& p, const BackwardArgs& args) {
         Seed<A> seed;
         seed.soft = su.soft_reduction;
         seed.total = total[b];
+        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
         const A gs = ld(grad_score, b);
         if (!p.affine) {
           if (su.hard)
@@ -1310,6 +1358,7 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
         Seed<A> seed;
         seed.soft = su.soft_reduction;
         seed.total = total[b];
+        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
         seed.inv_t = su.inv_t;
         const int64_t cells = mr * nr;
         A sdot = A(0);
@@ -1320,7 +1369,8 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)
-                sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * hdot[(i - 1) * nr + (j - 1)];
+                sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                        hdot[(i - 1) * nr + (j - 1)];
           } else {
             sdot = hdot[cells - 1];
           }
@@ -1335,7 +1385,8 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)
-                sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * td.get(0, i, j);
+                sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                        td.get(0, i, j);
           } else {
             sdot = td.get(0, mr, nr);
           }

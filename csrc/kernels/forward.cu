@@ -9,6 +9,7 @@
 // as one 16-byte load per group (the position of each element inside its
 // vector is a compile-time constant) and each step's hidden state leaves as
 // one 16-byte store per lane.
+#include "affine.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -301,12 +302,13 @@ void launch_forward(const ForwardArgs<T, A>& args, cudaStream_t stream) {
 
 }  // namespace cuda
 
-int64_t cuda_workspace_bytes(const Problem& problem) { return cuda::workspace_bytes(problem); }
+int64_t cuda_workspace_bytes(const Problem& problem) {
+  return problem.affine ? affine_workspace_bytes(problem) : cuda::workspace_bytes(problem);
+}
 
 void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, void* stream) {
   using namespace cuda;
-  if (p.affine)
-    throw std::runtime_error("softsw: affine gaps are not implemented in the CUDA kernels yet");
+  if (p.affine) return affine_forward_cuda(p, out, workspace, stream);
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
