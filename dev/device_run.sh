@@ -20,14 +20,14 @@ for stage in "$@"; do
       ( time python3 -m pip install --no-build-isolation --no-deps --no-index . ) > $OUT/build.log 2>&1 \
         && say "build: ok" || { say "build: FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
     check)
-      (cd /tmp && timeout 300 python3 $REPO/dev/check_cuda.py) > $OUT/check.log 2>&1
+      (cd /tmp && timeout 120 python3 $REPO/dev/check_cuda.py) > $OUT/check.log 2>&1
       say "check: $(grep -c '^ok' $OUT/check.log) ok, $(grep -c '^BAD' $OUT/check.log) bad; $(tail -1 $OUT/check.log)"
       grep '^BAD' $OUT/check.log | head -5 ;;
     double)
-      (cd /tmp && timeout 300 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
+      (cd /tmp && timeout 100 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
       say "double: $(tail -1 $OUT/double.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double.log | head -5 ;;
     affine)
-      (cd /tmp && timeout 300 python3 $REPO/dev/check_affine.py) > $OUT/affine.log 2>&1
+      (cd /tmp && timeout 100 python3 $REPO/dev/check_affine.py --quick) > $OUT/affine.log 2>&1
       say "affine: $(tail -1 $OUT/affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/affine.log | head -5 ;;
     host)
       (cd /tmp && python3 $REPO/dev/profile_cuda.py --host) 2>&1 | tee -a "$SUMMARY" ;;
@@ -37,9 +37,9 @@ for stage in "$@"; do
       grep -E "wavefront|Duration|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Registers Per|Compute \(SM\) Throughput|Memory Throughput" $OUT/ncu.txt \
         | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
     bench)
-      (cd /tmp && timeout 300 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
+      (cd /tmp && timeout 150 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -n 8 -p no:cacheprovider $REPO/tests) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-220} python3 -m pytest -q -n 8 -p no:cacheprovider $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done

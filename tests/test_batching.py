@@ -110,6 +110,7 @@ ISA_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx512"])
 def test_cpu_instruction_set_paths(seed, isa):
     """Float32 / float16 against the float64 kernel under each vector ISA cap

@@ -319,6 +319,7 @@ CRASH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_out_of_range_lengths_never_crash():
     """The raw ops (and a traced align, which skips the host-side check) get
     out-of-range lengths: they must raise a RuntimeError naming `lengths` or

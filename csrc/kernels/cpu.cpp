@@ -200,8 +200,8 @@ struct CpuLinearCell {
       return LinearCell<A, true>::weights(h, v1, v2, v3);
     } else {
       const A p1 = CpuMath::exp2(v1 - h), p2 = CpuMath::exp2(v2 - h), p3 = CpuMath::exp2(v3 - h);
-      const A z = CpuMath::exp2(-h) + p1 + p2 + p3;  // 1 up to rounding (see "Weights")
-      return Weights<A>{p1 / z, p2 / z, p3 / z};
+      const A r = A(1) / (CpuMath::exp2(-h) + p1 + p2 + p3);  // 1 up to rounding ("Weights")
+      return Weights<A>{p1 * r, p2 * r, p3 * r};
     }
   }
 };
@@ -231,8 +231,9 @@ struct CpuAffineCell : AffineCell<A, HARD, CpuMath> {
     if constexpr (!HARD) {
       const A z = w.open + w.extend;
       if (z > A(0)) {
-        w.open /= z;
-        w.extend /= z;
+        const A r = A(1) / z;
+        w.open *= r;
+        w.extend *= r;
       }
     }
     return w;
@@ -240,9 +241,9 @@ struct CpuAffineCell : AffineCell<A, HARD, CpuMath> {
   static PrimeWeights<A> prime_weights(A h, A x, A y) {
     PrimeWeights<A> w = Base::prime_weights(h, x, y);
     if constexpr (!HARD) {
-      const A z = CpuMath::exp2(-h) + w.p1 + w.p2;
-      w.p1 /= z;
-      w.p2 /= z;
+      const A r = A(1) / (CpuMath::exp2(-h) + w.p1 + w.p2);
+      w.p1 *= r;
+      w.p2 *= r;
     }
     return w;
   }
