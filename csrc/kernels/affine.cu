@@ -89,16 +89,6 @@ inline void clear_affine_sync_state(const Problem& p, const Workspace& w, cudaSt
   cudaMemsetAsync(w.ticket, 0, 16 + align16(units * int64_t(sizeof(int))), stream);
 }
 
-// Hard (max-plus) exactly when the CPU kernels run hard: T = 0, or a
-// temperature so small that 1 / (T ln 2) overflows the accumulate type.
-template <typename A>
-inline bool runs_hard(const Problem& p) {
-  const double t = p.temperature;
-  if (!(t > 0.0)) return true;
-  const A b = static_cast<A>(1.0 / (t * kLn2));
-  const A it = static_cast<A>(1.0 / t);
-  return !std::isfinite(b) || !std::isfinite(it);
-}
 
 template <typename A>
 __device__ __forceinline__ constexpr A neg_inf() {
@@ -704,7 +694,7 @@ void affine_forward_cuda(const Problem& p, const ForwardOutputs& out, void* work
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const bool hard = runs_hard<A>(p);
+    const bool hard = runs_hard(p);
     const A scale = hard ? A(1) : A(kernel_scale(p));
     AffineForwardArgs<T, A> args;
     args.batch = p.batch;
@@ -741,7 +731,7 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const bool hard = runs_hard<A>(p);
+    const bool hard = runs_hard(p);
     const bool soft_reduction = p.reduction == Reduction::Soft && !hard;
     // Every cell of every pair is written only for "soft" without lengths;
     // otherwise (padding, and "max", which visits only the cells up to the

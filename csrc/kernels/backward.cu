@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A diag = k == 0 ? diag0 : w2[k - 1];
           const A h = w0[k];
           const A g = a.gap.at(b, r, c);
-          const Weights<A> p = Cell::weights(h, diag + s[k], up + g, w1[k] + g);
+          const Weights<A> p = Cell::normalized_weights(h, diag + s[k], up + g, w1[k] + g);
           const A seed = soft_reduction ? exp2_acc(h - total)
                                         : (r == target_r && c == target_c ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
@@ -346,7 +346,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.grad_scores = static_cast<T*>(args.grad_scores);
     k.grad_gap = static_cast<T*>(args.grad_gap_open);
     k.ws = ws;
-    const bool hard = p.temperature == 0;
+    const bool hard = runs_hard(p);
     const int r = rows_per_thread(p);
     if (hard) {
       if (r == 1) launch_backward<T, A, 1, true>(k, s);

@@ -509,7 +509,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
-  const bool hard = p.temperature == 0;
+  const bool hard = runs_hard(p);
   const int64_t cells = p.batch * p.rows * p.cols;
   const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
   if (p.lengths || hard) {  // cells outside the pairs get exactly zero; T = 0: all of them

@@ -313,9 +313,14 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_workspace(p, ws, s);
+  if (out.hidden && p.lengths) {  // slots past a short pair: zeros, not stale memory
+    const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+    cudaMemsetAsync(out.hidden, 0, hidden_elements(p.batch, p.rows, p.cols, false) * acc, s);
+  }
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
+    const bool hard = runs_hard(p);
     const A scale = A(kernel_scale(p));
     ForwardArgs<T, A> args;
     args.batch = p.batch;
@@ -328,7 +333,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
                 p.gap_open.stride[1], p.gap_open.stride[2], A(p.gap_open.value * double(scale)),
                 scale};
     args.scale = scale;
-    args.unscale = A(p.temperature > 0 ? p.temperature * kLn2 : 1.0);
+    args.unscale = A(hard ? 1.0 : p.temperature * kLn2);
     args.soft_reduction = p.reduction == Reduction::Soft;
     args.vector_ok = vector_access_ok(p, p.scores);
     args.score = static_cast<T*>(out.score);
@@ -336,7 +341,6 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     args.ws = ws;
-    const bool hard = p.temperature == 0;
     const int r = rows_per_thread(p);
     if (hard) {
       if (r == 1) launch_forward<T, A, 1, true>(args, s);

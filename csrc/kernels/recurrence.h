@@ -112,6 +112,20 @@ struct LinearCell {
     }
     return w;
   }
+
+  // The same, divided by their sum with the start weight p0 = 2^-h (soft), so
+  // that they sum to 1 even when h lost the log2(1 + ...) term to rounding
+  // (T -> 0, where tied paths would otherwise be counted twice).
+  SOFTSW_HD static Weights<A> normalized_weights(A h, A v1, A v2, A v3) {
+    Weights<A> w = weights(h, v1, v2, v3);
+    if (!HARD) {
+      const A inv = A(1) / (exp2_acc(-h) + w.p1 + w.p2 + w.p3);
+      w.p1 *= inv;
+      w.p2 *= inv;
+      w.p3 *= inv;
+    }
+    return w;
+  }
 };
 
 // Online log2-sum-exp2 accumulator for reduction="soft" (kernel units), and

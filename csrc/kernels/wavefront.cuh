@@ -409,9 +409,21 @@ inline void dispatch_dtype(Dtype d, F&& f) {
   }
 }
 
+// Hard (max-plus) exactly when the CPU kernels run hard: T = 0, or a
+// temperature so small that 2^20 / (T ln 2) overflows the accumulate type
+// (below it softmax_T is the max to rounding, and scores in kernel units
+// would overflow).
+inline bool runs_hard(const Problem& p) {
+  const double t = p.temperature;
+  if (!(t > 0.0)) return true;
+  const double scaled = 1048576.0 / (t * kLn2);
+  return accumulates_in_double(p.dtype) ? !std::isfinite(scaled)
+                                        : !std::isfinite(static_cast<float>(scaled));
+}
+
 // Kernel units: soft mode pre-scales scores by 1 / (T ln 2) (recurrence.h).
 inline double kernel_scale(const Problem& p) {
-  return p.temperature > 0 ? 1.0 / (p.temperature * kLn2) : 1.0;
+  return runs_hard(p) ? 1.0 : 1.0 / (p.temperature * kLn2);
 }
 
 }  // namespace cuda

@@ -23,6 +23,7 @@ import numbers
 from typing import Optional, Tuple, Union
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _ops
 
@@ -124,9 +125,9 @@ def _lengths_argument(lengths, scores: torch.Tensor) -> Optional[torch.Tensor]:
                          f"{scores.device}")
     lengths = lengths.to(torch.int64)
     # A value check reads the tensor (a host sync on CUDA); skipped while tracing
-    # or capturing a graph, where the kernels treat an out-of-range pair as
-    # invalid (NaN score) rather than read outside it.
-    if _eager() and lengths.numel() > 0:
+    # (fake tensors, torch.compile) or capturing a graph, where the kernels treat
+    # an out-of-range pair as invalid (NaN score) rather than read outside it.
+    if _eager() and not is_fake(lengths) and lengths.numel() > 0:
         bounds = torch.tensor([rows, cols], device=lengths.device)
         if bool(((lengths < 0) | (lengths > bounds)).any()):
             raise ValueError(f"softsw: `lengths` must satisfy 0 <= m <= M = {rows} and "
