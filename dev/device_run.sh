@@ -29,15 +29,17 @@ for stage in "$@"; do
     affine)
       (cd /tmp && timeout 100 python3 $REPO/dev/check_affine.py --quick) > $OUT/affine.log 2>&1
       say "affine: $(tail -1 $OUT/affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/affine.log | head -5 ;;
+    info)
+      (cd /tmp && python3 -m softsw.info) 2>&1 | tee -a "$SUMMARY" ;;
     host)
       (cd /tmp && python3 $REPO/dev/profile_cuda.py --host) 2>&1 | tee -a "$SUMMARY" ;;
     ncu)
-      (cd /tmp && timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+      (cd /tmp && timeout 100 ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section LaunchStats -k regex:wavefront python3 $REPO/dev/profile_cuda.py) > $OUT/ncu.txt 2>&1
       grep -E "wavefront|Duration|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Registers Per|Compute \(SM\) Throughput|Memory Throughput" $OUT/ncu.txt \
         | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
     bench)
-      (cd /tmp && timeout 150 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
+      (cd /tmp && timeout 90 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
     tests)
       (cd /tmp && timeout ${TEST_TIMEOUT:-220} python3 -m pytest -q -n 8 -p no:cacheprovider $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
