@@ -73,6 +73,16 @@ def grad_tol(dtype, M: int, N: int, T: float, score_scale: float) -> float:
                2.0 * unit_roundoff(dtype) * math.sqrt(M + N) * max(1.0, abs(score_scale) / T))
 
 
+# Hessian-vector products: each term is a weight times a tangent plus a weight's
+# tangent times an adjoint (MATH.md), two error terms of grad_tol's size, and
+# the tangent of a weight, p (vdot - hdot) / T, carries one more factor 1 / T
+# on terms that cancel: 2 * grad_tol * max(1, 1 / T).
+def hvp_tol(dtype, M: int, N: int, T: float, score_scale: float) -> float:
+    if T == 0:
+        return TOL[dtype]
+    return 2.0 * grad_tol(dtype, M, N, T, score_scale) * max(1.0, 1.0 / T)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: heavy test (large sizes, torch.compile)")
     config.addinivalue_line("markers", "cuda: needs a CUDA device")
