@@ -13,4 +13,4 @@ from .api import SoftSmithWaterman, align, alignment
 
 __version__ = "0.1.0"
 
-__all__ = ["align", "alignment", "SoftSmithWaterman", "__version__"]
+__all__ = ["align", "alignment", "SoftSmithWaterman", "build_info", "__version__"]

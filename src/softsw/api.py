@@ -135,8 +135,23 @@ def _lengths_argument(lengths, scores: torch.Tensor) -> Optional[torch.Tensor]:
     return lengths
 
 
+_SERVED_DEVICES = set()
+
+
+def _check_device_served(scores: torch.Tensor) -> None:
+    # Once per CUDA device: a clear error when this build has no code for its
+    # architecture (instead of a launch failure deep inside the op).
+    if scores.is_cuda and not torch.compiler.is_compiling():
+        index = scores.device.index if scores.device.index is not None else 0
+        if index not in _SERVED_DEVICES:
+            from .info import check_device
+            check_device(scores.device)
+            _SERVED_DEVICES.add(index)
+
+
 def _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction):
     _check_scores(scores)
+    _check_device_served(scores)
     temperature = _check_temperature(temperature)
     reduction_code = _check_reduction(reduction)
     squeeze = scores.dim() == 2
