@@ -641,20 +641,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
 template <typename T, typename A, int R, bool HARD>
 void launch_affine_forward(const AffineForwardArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = affine_forward_wavefront<T, A, R, HARD>;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("affine_forward_wavefront");
+  launch_persistent<affine_forward_wavefront<T, A, R, HARD>>(args, stream, "affine_forward_wavefront");
 }
 
 template <typename T, typename A, int R, bool HARD>
 void launch_affine_backward(const AffineBackwardArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = affine_backward_wavefront<T, A, R, HARD>;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("affine_backward_wavefront");
+  launch_persistent<affine_backward_wavefront<T, A, R, HARD>>(args, stream, "affine_backward_wavefront");
 }
 
 // f<R, HARD>() for the rows per thread of the problem (1 or kAffineRows<A>)

@@ -300,12 +300,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
 template <typename T, typename A, int R, bool HARD>
 void launch_backward(const BackwardKernelArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = backward_wavefront<T, A, R, HARD>;
-  static int per_sm = 0;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands, per_sm);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("backward_wavefront");
+  launch_persistent<backward_wavefront<T, A, R, HARD>>(args, stream, "backward_wavefront");
 }
 
 }  // namespace cuda

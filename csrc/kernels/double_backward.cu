@@ -474,22 +474,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
 template <typename T, typename A, int R>
 void launch_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = tangent_wavefront<T, A, R>;
-  static int per_sm = 0;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands, per_sm);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("tangent_wavefront");
+  launch_persistent<tangent_wavefront<T, A, R>>(args, stream, "tangent_wavefront");
 }
 
 template <typename T, typename A, int R, bool HARD>
 void launch_reverse_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = reverse_tangent_wavefront<T, A, R, HARD>;
-  static int per_sm = 0;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands, per_sm);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("reverse_tangent_wavefront");
+  launch_persistent<reverse_tangent_wavefront<T, A, R, HARD>>(args, stream, "reverse_tangent_wavefront");
 }
 
 }  // namespace cuda

@@ -292,12 +292,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
 template <typename T, typename A, int R, bool HARD>
 void launch_forward(const ForwardArgs<T, A>& args, cudaStream_t stream) {
-  auto kernel = forward_wavefront<T, A, R, HARD>;
-  static int per_sm = 0;
-  const int blocks = persistent_blocks(kernel, args.batch * args.nbands, per_sm);
-  if (blocks == 0) return;
-  kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
-  check_launch("forward_wavefront");
+  launch_persistent<forward_wavefront<T, A, R, HARD>>(args, stream, "forward_wavefront");
 }
 
 }  // namespace cuda

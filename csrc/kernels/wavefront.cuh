@@ -391,11 +391,15 @@ inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm) {
   return static_cast<int>(needed < resident ? needed : resident);
 }
 
-// Uncached form (prefer the three-argument one on hot paths).
-template <typename Kernel>
-inline int persistent_blocks(Kernel kernel, int64_t units) {
-  int per_sm = 0;
-  return persistent_blocks(kernel, units, per_sm);
+// Launch a persistent wavefront kernel over the args.batch * args.nbands
+// units on `stream`. Each instantiation caches its own residency.
+template <auto Kernel, typename Args>
+inline void launch_persistent(const Args& args, cudaStream_t stream, const char* name) {
+  static int per_sm = 0;
+  const int blocks = persistent_blocks(Kernel, args.batch * args.nbands, per_sm);
+  if (blocks == 0) return;
+  Kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
+  check_launch(name);
 }
 
 // Dispatch on the element type: f<scalar_t, acc_t>().
