@@ -41,7 +41,7 @@ for stage in "$@"; do
     bench)
       (cd /tmp && timeout 90 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-220} python3 -m pytest -q -n 8 -p no:cacheprovider $REPO/tests) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=120 $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done
