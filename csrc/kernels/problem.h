@@ -47,7 +47,8 @@ struct ForwardOutputs {
   void* hidden = nullptr;     // see hidden_elements()
   int64_t* argmax = nullptr;  // (B,): first maximal interior cell (i-1)*N + (j-1)
                               // in row-major order, -1 when the max is a boundary 0
-                              // (or the pair is empty, or reduction is Soft)
+                              // (or the pair is empty, or reduction is Soft at T > 0;
+                              // at T = 0 "soft" is the max and a backend may keep it)
   void* total = nullptr;      // (B,) accumulate type: the score in the kernel's
                               // internal units (soft: divided by T ln 2)
 };
