@@ -193,7 +193,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward(
   Tensor hidden = new_tensor(
       scores, {keep_hidden ? hidden_elements(p.batch, p.rows, p.cols, affine) : 0}, acc);
   Tensor argmax = new_tensor(scores, {p.batch}, ScalarType::Long);
-  Tensor total = new_tensor(scores, {p.batch}, acc);
+  Tensor total = new_tensor(scores, {p.batch, 2}, acc);
 
   ForwardOutputs out;
   out.score = score.data_ptr();
@@ -223,8 +223,8 @@ ForwardState state_of(const Problem& p, const Tensor& scores, const Tensor& hidd
   STD_TORCH_CHECK(argmax.scalar_type() == ScalarType::Long && argmax.dim() == 1 &&
                       argmax.size(0) == p.batch && argmax.is_contiguous(),
                   "softsw: `argmax` is not the forward's output for these `scores`");
-  STD_TORCH_CHECK(total.scalar_type() == acc && total.dim() == 1 &&
-                      total.size(0) == p.batch && total.is_contiguous(),
+  STD_TORCH_CHECK(total.scalar_type() == acc && total.dim() == 2 &&
+                      total.size(0) == p.batch && total.size(1) == 2 && total.is_contiguous(),
                   "softsw: `total` is not the forward's output for these `scores`");
   check_same_device(hidden, scores, "hidden");
   check_same_device(argmax, scores, "argmax");

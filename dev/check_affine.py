@@ -93,6 +93,14 @@ def exact(x, ref):
         (x[~torch.isnan(x)] == ref[~torch.isnan(ref)]).all())
 
 
+def summed_equal(x, ref, kind, rtol):
+    """Exact for a gradient the kernel writes cell by cell; within a few
+    roundings of a sum (relative `rtol`) for a gap broadcast over cells."""
+    if kind == "BMN":
+        return exact(x, ref)
+    return rel_err(x, ref) < rtol
+
+
 def report(ok, desc, detail):
     print(f"{'ok ' if ok else 'BAD'} {desc}: {detail}", flush=True)
     if not ok:
@@ -121,8 +129,14 @@ def check_case(B, M, N, T, reduction, gaps, kinds, use_lengths, nan_pad, seed):
     v32, g32 = run(S, go, ge, T, lengths, reduction, w, DEV, torch.float32)
     if T == 0:
         c32_v, c32_g = run(S, go, ge, T, lengths, reduction, w, "cpu", torch.float32)
-        ok64 = exact(v64, ref_v) and all(exact(a, b) for a, b in zip(g64, ref_g))
-        ok32 = exact(v32, c32_v) and all(exact(a, b) for a, b in zip(g32, c32_g))
+        grad_kinds = ["BMN"] + [k for k in kinds if k != "float"]  # scores, tensor gaps
+        # A gap tensor broadcast over cells gets its gradient as autograd's sum
+        # of w_b over the path's gap cells: torch sums in a different order on
+        # CPU and CUDA, so those sums agree to rounding, not bit for bit.
+        ok64 = exact(v64, ref_v) and all(summed_equal(a, b, k, 1e-14)
+                                         for a, b, k in zip(g64, ref_g, grad_kinds))
+        ok32 = exact(v32, c32_v) and all(summed_equal(a, b, k, 1e-5)
+                                         for a, b, k in zip(g32, c32_g, grad_kinds))
         e64 = max([rel_err(v64, ref_v)] + [rel_err(a, b) for a, b in zip(g64, ref_g)])
         e32 = max([rel_err(v32, c32_v)] + [rel_err(a, b) for a, b in zip(g32, c32_g)])
         detail = f"f64 exact={ok64} ({e64:.1e}), f32 vs cpu f32 exact={ok32} ({e32:.1e})"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  check  double  affine  host  ncu  bench  tests
+#   build  info  check  double  affine  host  ncu  bench  softbench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -40,6 +40,10 @@ for stage in "$@"; do
         | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
     bench)
       (cd /tmp && timeout 90 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
+    softbench)  # the package benchmark with its baselines; the JSON feeds benchmarks/plot.py
+      (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
+        --json $OUT/bench.json) > $OUT/bench.txt 2>&1
+      say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
     tests)
       (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=120 $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;

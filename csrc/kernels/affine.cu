@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (band == 0 && lane == 0) {
         const A value = len.valid ? A(0) : quiet_nan<A>();
         a.score[b] = store_as<T>(value);
-        a.total[b] = value;
+        PairTotal<A>::of(value).store(a.total, b);
         a.argmax[b] = -1;
       }
       continue;
@@ -310,9 +310,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
           acc.merge(o);
         }
-        const A value = acc.value();
-        a.total[b] = value;
-        a.score[b] = store_as<T>(value * a.unscale);
+        PairTotal<A>::of(acc).store(a.total, b);
+        a.score[b] = store_as<T>(acc.value() * a.unscale);
         a.argmax[b] = -1;
       } else {
         MaxArg<A> acc;
@@ -326,7 +325,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
           acc.merge(o);
         }
-        a.total[b] = acc.best;
+        PairTotal<A>::of(acc.best).store(a.total, b);
         a.score[b] = store_as<T>(acc.best * a.unscale);
         // Also for reduction "soft" at T = 0 (which is "max"): the backward
         // seeds the adjoint there, as the linear CUDA kernels do.
@@ -420,7 +419,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const A* hidden = hid + top * n;  // C plane of this band; U at + plane, L at + 2 * plane
     const A* hidden_above = hid + (top - kBandRows) * n;  // the band above (full height)
     const A g_out = load_as<A>(a.grad_score + b);
-    const A total = a.total[b];
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
 
     const int r0 = lane * R;
     const int lanes_active = (rows_here + R - 1) / R;
@@ -574,7 +573,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const PrimeWeights<A> wb = Aff::prime_weights(b0[k], D, U);  // p1 = D, p2 = U
           const GapWeights<A> wu = Aff::gap_weights(U, up_a + o, up_u + e);
           const GapWeights<A> wl = Aff::gap_weights(L, b1[k] + o, l1[k] + e);
-          const A seed = soft_reduction ? exp2_acc(C - total)
+          const A seed = soft_reduction ? total.seed(C)
                                         : (r == mc - 1 && c == nc - 1 ? A(1) : A(0));
           const A EC = seed + (k == R - 1 ? down_d : mDp[k + 1]);
           const A EA = k == R - 1 ? down_a : mA[k + 1];

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const A* hidden = a.hidden + pair_offset + int64_t(top) * n;
     const A* hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n;
     const A g_out = load_as<A>(a.grad_score + b);
-    const A total = a.total[b];
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     const int64_t target = a.argmax[b];
     const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
     const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A h = w0[k];
           const A g = a.gap.at(b, r, c);
           const Weights<A> p = Cell::normalized_weights(h, diag + s[k], up + g, w1[k] + g);
-          const A seed = soft_reduction ? exp2_acc(h - total)
+          const A seed = soft_reduction ? total.seed(h)
                                         : (r == target_r && c == target_c ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
           const A E = seed + m3[k] + from_below;

@@ -822,17 +822,18 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, v
   T* score = static_cast<T*>(out.score);
   for (int l = 0; l < count; ++l) {
     const int64_t b = pairs[l];
-    float t;
+    PairTotal<float> t;
     int64_t am = -1;
     if (su.soft_reduction) {
-      t = ln.nan[l] ? quiet_nan<float>() : ln.smax[l] + CpuMath::log2(ln.ssum[l]);
+      t.base = ln.nan[l] ? quiet_nan<float>() : ln.smax[l];
+      t.log2sum = ln.nan[l] ? 0.0f : CpuMath::log2(ln.ssum[l]);
     } else {
-      t = ln.best[l];
+      t.base = ln.best[l];
       if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
         am = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
     }
-    total[b] = t;
-    st(score, b, t * su.unit);
+    t.store(total, b);
+    st(score, b, t.value() * su.unit);
     out.argmax[b] = am;
   }
 }
@@ -865,7 +866,7 @@ bool forward_linear_vector(const Setup<T>& su, const ForwardOutputs& out) {
       // Empty pair (score 0) or lengths out of range (NaN).
       if (hidden) fill_outside<float>(hidden + b * su.MN, su.M, su.N, 0, 0, 0.0f);
       const float t = ok ? 0.0f : quiet_nan<float>();
-      static_cast<float*>(out.total)[b] = t;
+      PairTotal<float>::of(t).store(static_cast<float*>(out.total), b);
       st(static_cast<T*>(out.score), b, t);
       out.argmax[b] = -1;
     }
@@ -898,7 +899,7 @@ bool forward_linear_vector(const Setup<T>& su, const ForwardOutputs& out) {
       const PairResult<float> r =
           su.hard ? forward_linear<T, true>(pv, m, n, hid, false, sc)
                   : forward_linear<T, false>(pv, m, n, hid, su.soft_reduction, sc);
-      static_cast<float*>(out.total)[b] = r.total;
+      PairTotal<float>::of(r.total).store(static_cast<float*>(out.total), b);
       st(static_cast<T*>(out.score), b, r.total * su.unit);
       out.argmax[b] = p.reduction == Reduction::Soft ? -1 : r.argmax;
     });
@@ -941,7 +942,7 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
         if (!ok) r.total = quiet_nan<A>();
         if (p.reduction == Reduction::Soft) r.argmax = -1;
         st(score, b, r.total * su.unit);
-        total[b] = r.total;
+        PairTotal<A>::of(r.total).store(total, b);
         out.argmax[b] = r.argmax;
       });
 }
@@ -1299,7 +1300,7 @@ void backward_impl(const Problem& p, const BackwardArgs& args) {
         const PairView<T> pv = su.pair(b);
         Seed<A> seed;
         seed.soft = su.soft_reduction;
-        seed.total = total[b];
+        seed.total = PairTotal<A>::load(total, b).value();
         if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
         const A gs = ld(grad_score, b);
         if (!p.affine) {
@@ -1358,7 +1359,7 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
         const A gs = ld(grad_score, b);
         Seed<A> seed;
         seed.soft = su.soft_reduction;
-        seed.total = total[b];
+        seed.total = PairTotal<A>::load(total, b).value();
         if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
         seed.inv_t = su.inv_t;
         const int64_t cells = mr * nr;

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 1 : 0)
     const A* hidden = a.hidden + pair_offset + top * n;
     const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
     A* hdot = a.hdot + pair_offset + top * n;
-    const A total = soft_reduction ? a.total[b] : A(0);
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
 
     const int r0 = lane * R;  // first row of this lane, within the band
     // Each row's last two H (left, and diag of the row below) and Hdot likewise.
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 1 : 0)
           const A v = p.p1 * (ddiag + w_s) + p.p2 * (dup + w_g) + p.p3 * (hd[k] + w_g);
           nh[k] = hv;
           nhd[k] = v;
-          if (soft_reduction) sdot += exp2_acc(hv - total) * v;
+          if (soft_reduction) sdot += total.seed(hv) * v;
           hdot[slot * rows_here + r0 + k] = v;
         } else {
           nh[k] = c < 0 ? A(0) : h[k];
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const A* hdot = a.hdot + pair_offset + top * n;
     const A* hdot_above = a.hdot + pair_offset + (top - kBandRows) * n;
     const A g_out = load_as<A>(a.grad_score + b);
-    const A total = a.total[b];
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     const int64_t target = a.argmax[b];
     const A sdot = soft_reduction ? a.sdot[b] : A(0);
     const A inv_t = a.inv_t;
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A g = a.gap.at(b, r, c);
           const A s = load_as<A>(S + e) * a.scale;
           const Weights<A> p = Cell::weights(h, diag + s, up + g, left + g);
-          const A seed = soft_reduction ? exp2_acc(h - total) : (e == target ? A(1) : A(0));
+          const A seed = soft_reduction ? total.seed(h) : (e == target ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
           const A E = seed + m3[k] + from_below;
           n1[k] = E * p.p1;

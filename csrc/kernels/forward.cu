@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (band == 0 && lane == 0) {
         const A value = len.valid ? A(0) : quiet_nan<A>();
         a.score[b] = store_as<T>(value);
-        a.total[b] = value;
+        PairTotal<A>::of(value).store(a.total, b);
         a.argmax[b] = -1;
       }
       continue;
@@ -267,9 +267,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
           acc.merge(o);
         }
-        const A value = acc.value();
-        a.total[b] = value;
-        a.score[b] = store_as<T>(value * a.unscale);
+        PairTotal<A>::of(acc).store(a.total, b);
+        a.score[b] = store_as<T>(acc.value() * a.unscale);
         a.argmax[b] = -1;
       } else {
         MaxArg<A> acc;
@@ -282,7 +281,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
           acc.merge(o);
         }
-        a.total[b] = acc.best;
+        PairTotal<A>::of(acc.best).store(a.total, b);
         a.score[b] = store_as<T>(acc.best * a.unscale);
         a.argmax[b] = acc.index;
       }

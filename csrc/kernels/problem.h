@@ -49,8 +49,9 @@ struct ForwardOutputs {
                               // in row-major order, -1 when the max is a boundary 0
                               // (or the pair is empty, or reduction is Soft at T > 0;
                               // at T = 0 "soft" is the max and a backend may keep it)
-  void* total = nullptr;      // (B,) accumulate type: the score in the kernel's
-                              // internal units (soft: divided by T ln 2)
+  void* total = nullptr;      // (B, 2) accumulate type: the score in the kernel's
+                              // internal units (soft: divided by T ln 2) as
+                              // PairTotal (recurrence.h) lays it out
 };
 
 // Number of accumulate-type elements of `hidden` for one problem.

@@ -156,6 +156,42 @@ struct SoftTotal {
   SOFTSW_HD A value() const { return is_nan(max) ? max : max + log2_acc(sum); }
 };
 
+// A pair's `total` as the forward saves it for the backward passes: two
+// accumulate-type numbers at [2b] and [2b + 1]. The soft reduction keeps its
+// max and log2(sum) apart so that the seeds 2^(H - total) stay exact relative
+// to one another: max + log2(sum) rounded to one number is off by up to
+// ulp(max) / 2, which at small T (H large in kernel units) is whole powers of
+// two, and tied cells would each get a seed near 1.
+template <typename A>
+struct PairTotal {
+  A base = A(0);     // soft: the largest H; otherwise the score (kernel units)
+  A log2sum = A(0);  // soft: log2 of sum 2^(H - base); otherwise 0
+  SOFTSW_HD static PairTotal of(const SoftTotal<A>& s) {
+    PairTotal t;
+    t.base = s.max;
+    t.log2sum = is_nan(s.max) ? A(0) : log2_acc(s.sum);
+    return t;
+  }
+  SOFTSW_HD static PairTotal of(A score) {
+    PairTotal t;
+    t.base = score;
+    return t;
+  }
+  SOFTSW_HD static PairTotal load(const A* total, int64_t b) {
+    PairTotal t;
+    t.base = total[2 * b];
+    t.log2sum = total[2 * b + 1];
+    return t;
+  }
+  SOFTSW_HD void store(A* total, int64_t b) const {
+    total[2 * b] = base;
+    total[2 * b + 1] = log2sum;
+  }
+  SOFTSW_HD A value() const { return base + log2sum; }
+  // The soft reduction's weight of a cell: d total / d H.
+  SOFTSW_HD A seed(A h) const { return exp2_acc((h - base) - log2sum); }
+};
+
 // Running max and its first argmax. Cells must be offered with increasing
 // row-major index within one accumulator; merge() breaks ties on the index.
 // NaN counts as larger than everything (as torch.max), so it propagates.

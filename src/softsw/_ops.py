@@ -47,7 +47,7 @@ def _forward_fake(scores, gap_open, gap_extend, gap_open_value, gap_extend_value
         scores.new_empty((batch,)),
         scores.new_empty((n_hidden,), dtype=acc),
         scores.new_empty((batch,), dtype=torch.int64),
-        scores.new_empty((batch,), dtype=acc),
+        scores.new_empty((batch, 2), dtype=acc),
     )
 
 
