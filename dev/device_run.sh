@@ -45,7 +45,7 @@ for stage in "$@"; do
         --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=120 $REPO/tests) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done

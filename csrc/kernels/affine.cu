@@ -682,6 +682,7 @@ void affine_forward_cuda(const Problem& p, const ForwardOutputs& out, void* work
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_affine_workspace(p, workspace);
   clear_affine_sync_state(p, ws, s);
+  clear_hidden_past_short_pairs(p, out.hidden, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

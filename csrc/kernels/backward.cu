@@ -34,7 +34,7 @@ struct BackwardKernelArgs {
   Workspace ws;
 };
 
-template <typename T, typename A, int R, bool HARD>
+template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     backward_wavefront(const BackwardKernelArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A up = k == 0 ? up0 : w1[k - 1];
           const A diag = k == 0 ? diag0 : w2[k - 1];
           const A h = w0[k];
-          const A g = a.gap.at(b, r, c);
+          const A g = a.gap.template at<GAP_TENSOR>(b, r, c);
           const Weights<A> p = Cell::normalized_weights(h, diag + s[k], up + g, w1[k] + g);
           const A seed = soft_reduction ? total.seed(h)
                                         : (r == target_r && c == target_c ? A(1) : A(0));
@@ -298,11 +298,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-template <typename T, typename A, int R, bool HARD>
-void launch_backward(const BackwardKernelArgs<T, A>& args, cudaStream_t stream) {
-  launch_persistent<backward_wavefront<T, A, R, HARD>>(args, stream, "backward_wavefront");
-}
-
 }  // namespace cuda
 
 void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, void* stream) {
@@ -341,15 +336,10 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.grad_scores = static_cast<T*>(args.grad_scores);
     k.grad_gap = static_cast<T*>(args.grad_gap_open);
     k.ws = ws;
-    const bool hard = runs_hard(p);
-    const int r = rows_per_thread(p);
-    if (hard) {
-      if (r == 1) launch_backward<T, A, 1, true>(k, s);
-      else launch_backward<T, A, 4, true>(k, s);
-    } else {
-      if (r == 1) launch_backward<T, A, 1, false>(k, s);
-      else launch_backward<T, A, 4, false>(k, s);
-    }
+    dispatch_linear_variant(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
+      launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
+          k, s, "backward_wavefront");
+    });
   });
 }
 

@@ -32,7 +32,7 @@ struct ForwardArgs {
   Workspace ws;
 };
 
-template <typename T, typename A, int R, bool HARD>
+template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     forward_wavefront(const ForwardArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
@@ -110,14 +110,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         const A diag = k == 0 ? diag0 : hp[k - 1];
         const bool inside = !checked || (c >= 0 && c < n && row_ok[k]);
         if (inside) {
-          const A g = a.gap.at(b, top + r0 + k, c);
+          const A g = a.gap.template at<GAP_TENSOR>(b, top + r0 + k, c);
           const A v = Cell::value(diag + s[k], up + g, h[k] + g);
           nh[k] = v;
           if (soft_reduction) {
             soft[k].add(v);
-          } else if (v > best[k] || (is_nan(v) && !is_nan(best[k]))) {
-            best[k] = v;
-            best_t[k] = t;
+          } else {  // selects, not a branch: this runs for every cell
+            const bool better = v > best[k] || (is_nan(v) && !is_nan(best[k]));
+            best[k] = better ? v : best[k];
+            best_t[k] = better ? t : best_t[k];
           }
         } else {
           nh[k] = c < 0 ? A(0) : h[k];
@@ -148,14 +149,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (++slot == n) slot = 0;
     };
 
-    // Scores one step ahead, so that the load's latency hides behind a step.
-    auto checked_steps = [&](int from, int to) {
+    // Steps from..to-1, scores one step ahead so that the load's latency hides
+    // behind a step. Unchecked (CHECKED false) only where every cell of every
+    // lane is inside the pair.
+    auto run_steps = [&](int from, int to, auto checked) {
+      constexpr bool kChecked = decltype(checked)::value;
+      // Row k's score of step t is at sp[k] (walked one column per step; it
+      // may point outside the row where the checks say so, never read there).
+      const T* sp[R];
+#pragma unroll
+      for (int k = 0; k < R; ++k) sp[k] = srow[k] + (from - r0 - k);
       auto load = [&](int t, A (&s)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          s[k] = (t < to && c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale
-                                                          : A(0);
+          const bool inside = kChecked ? (c >= 0 && c < n && row_ok[k]) : true;
+          s[k] = (t < to && inside) ? load_as<A>(sp[k]) * a.scale : A(0);
+          ++sp[k];
         }
       };
       A s_next[R];
@@ -165,16 +175,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int k = 0; k < R; ++k) s[k] = s_next[k];
         load(t + 1, s_next);
-        step(t, s, true);
+        step(t, s, kChecked);
       }
     };
 
     const int lanes_active = (rows_here + R - 1) / R;
     const int steps = n + lanes_active * R - 1;
-    // The bulk: every lane's every row inside the pair, in whole groups of 4.
-    int bulk_begin = steps, bulk_end = steps;
+    // A full band has every cell of steps kBandRows - 1 .. n - 1 inside: those
+    // run unchecked, and with R = 4 and aligned rows the whole groups of 4
+    // among them run as the vector bulk.
+    const bool full = rows_here == kBandRows && n > kBandRows - 1;
+    const int plain_begin = full ? kBandRows - 1 : steps;
+    const int plain_end = full ? n : steps;
+    int bulk_begin = plain_end, bulk_end = plain_end;
     if constexpr (R == 4) {
-      if (a.vector_ok && rows_here == kBandRows) {
+      if (a.vector_ok && full) {
         const int first = (kBandRows - 1 + 3) & ~3;  // first multiple of 4 >= 127
         const int last = n & ~3;                      // steps t < last have c <= n - 1
         if (last > first) {
@@ -183,7 +198,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         }
       }
     }
-    checked_steps(0, bulk_begin);
+    run_steps(0, plain_begin, std::true_type{});
+    run_steps(plain_begin, bulk_begin, std::false_type{});
     if constexpr (R == 4) {
       if (bulk_end > bulk_begin) {
         // Row k's group g reads columns 4(g-l) - k .. 4(g-l) + 3 - k: the tail
@@ -224,7 +240,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         }
       }
     }
-    checked_steps(bulk_end, steps);
+    run_steps(bulk_end, plain_end, std::false_type{});
+    run_steps(plain_end, steps, std::true_type{});
 
     // This band's share of the reduction, then the pair's result from the
     // last band, which merges the partials of all bands in band order.
@@ -289,11 +306,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-template <typename T, typename A, int R, bool HARD>
-void launch_forward(const ForwardArgs<T, A>& args, cudaStream_t stream) {
-  launch_persistent<forward_wavefront<T, A, R, HARD>>(args, stream, "forward_wavefront");
-}
-
 }  // namespace cuda
 
 int64_t cuda_workspace_bytes(const Problem& problem) {
@@ -307,10 +319,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_workspace(p, ws, s);
-  if (out.hidden && p.lengths) {  // slots past a short pair: zeros, not stale memory
-    const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-    cudaMemsetAsync(out.hidden, 0, hidden_elements(p.batch, p.rows, p.cols, false) * acc, s);
-  }
+  clear_hidden_past_short_pairs(p, out.hidden, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
@@ -335,14 +344,10 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     args.ws = ws;
-    const int r = rows_per_thread(p);
-    if (hard) {
-      if (r == 1) launch_forward<T, A, 1, true>(args, s);
-      else launch_forward<T, A, 4, true>(args, s);
-    } else {
-      if (r == 1) launch_forward<T, A, 1, false>(args, s);
-      else launch_forward<T, A, 4, false>(args, s);
-    }
+    dispatch_linear_variant(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
+      launch_persistent<forward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
+          args, s, "forward_wavefront");
+    });
   });
 }
 

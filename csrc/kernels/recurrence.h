@@ -23,8 +23,22 @@ namespace softsw {
 
 constexpr double kLn2 = 0.69314718055994530942;
 
-template <typename A> SOFTSW_HD A max_of(A a, A b) { return a > b ? a : b; }
-template <typename A> SOFTSW_HD A min_of(A a, A b) { return a < b ? a : b; }
+// On the GPU one FMNMX instead of a compare and a select. The two differ only
+// for NaN operands, and every caller makes a NaN input give NaN by itself.
+template <typename A> SOFTSW_HD A max_of(A a, A b) {
+#if defined(__CUDA_ARCH__)
+  return ::fmax(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+template <typename A> SOFTSW_HD A min_of(A a, A b) {
+#if defined(__CUDA_ARCH__)
+  return ::fmin(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
 
 // exp2 / log2 on the accumulate type. On the GPU, float uses the special
 // function unit directly (ex2.approx / lg2.approx, ~2 ulp): this is the cost

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "problem.h"
 #include "recurrence.h"
@@ -109,13 +110,18 @@ __device__ __forceinline__ void store4(T* p, const A (&v)[4]) {
 }
 
 // A gap score, constant or a strided (B, M, N) tensor, in kernel units.
+// Kernels that know at compile time that the gap is a constant (the common
+// case, a Python float) read it as at<false>: no load and no index arithmetic
+// on the cell's critical path.
 template <typename T, typename A>
 struct GapReader {
   const T* data;
   int64_t s0, s1, s2;
   A value;   // constant, already scaled
   A scale;   // kernel units per caller unit
+  template <bool kMayBeTensor = true>
   __device__ __forceinline__ A at(int64_t b, int64_t r, int64_t c) const {
+    if constexpr (!kMayBeTensor) return value;
     return data ? load_as<A>(data + b * s0 + r * s1 + c * s2) * scale : value;
   }
 };
@@ -244,6 +250,14 @@ inline void clear_sync_state(const Problem& p, const Workspace& w, cudaStream_t 
 // the whole workspace (one launch matters on small problems).
 inline void clear_workspace(const Problem& p, const Workspace& w, cudaStream_t stream) {
   cudaMemsetAsync(w.ticket, 0, workspace_bytes(p), stream);
+}
+
+// A forward keeps M*N cells of `hidden` per pair (per plane) but writes only
+// a short pair's m*n: the rest is zeroed, not left as stale memory.
+inline void clear_hidden_past_short_pairs(const Problem& p, void* hidden, cudaStream_t stream) {
+  if (!hidden || !p.lengths) return;
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  cudaMemsetAsync(hidden, 0, hidden_elements(p.batch, p.rows, p.cols, p.affine) * acc, stream);
 }
 
 // --------------------------------------------------------------------------
@@ -400,6 +414,22 @@ inline void launch_persistent(const Args& args, cudaStream_t stream, const char*
   if (blocks == 0) return;
   Kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
   check_launch(name);
+}
+
+// Calls f(rows, hard, gap_tensor) with each a std::integral_constant: the
+// compile-time variants of a linear-gap wavefront kernel for problem `p`.
+template <typename F>
+inline void dispatch_linear_variant(const Problem& p, bool hard, F&& f) {
+  auto with_r = [&](auto hard_c, auto gap_c) {
+    if (rows_per_thread(p) == 1) f(std::integral_constant<int, 1>{}, hard_c, gap_c);
+    else f(std::integral_constant<int, 4>{}, hard_c, gap_c);
+  };
+  auto with_gap = [&](auto hard_c) {
+    if (p.gap_open.data) with_r(hard_c, std::true_type{});
+    else with_r(hard_c, std::false_type{});
+  };
+  if (hard) with_gap(std::true_type{});
+  else with_gap(std::false_type{});
 }
 
 // Dispatch on the element type: f<scalar_t, acc_t>().
