@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  info  check  double  affine  host  ncu  bench  softbench  tests
+#   build  info  check  double  affine  host  ncu  bench  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -44,6 +44,12 @@ for stage in "$@"; do
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
         --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
+    affinebench)  # affine next to linear, softsw only, same shapes and run
+      for kind in "" "--affine"; do
+        (cd /tmp && timeout 150 python3 -m softsw.bench --methods softsw --no-latency \
+          --shapes ${AFFINE_SHAPES:-1024x128x128,256x512x512,64x1024x1024} $kind) 2>&1 \
+          | tail -12 | tee -a "$SUMMARY"
+      done ;;
     tests)
       (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
