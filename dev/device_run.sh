@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  info  check  double  affine  host  ncu  bench  softbench  affinebench  tests
+#   build  info  check  double  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -40,9 +40,15 @@ for stage in "$@"; do
         | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
     bench)
       (cd /tmp && timeout 90 python3 $REPO/dev/check_cuda.py --bench-only) 2>&1 | tee -a "$SUMMARY" ;;
+    bench_r1|bench_r4)  # the same with rows per lane forced (SOFTSW_ROWS_PER_LANE)
+      (cd /tmp && SOFTSW_ROWS_PER_LANE=${stage#bench_r} timeout 90 python3 $REPO/dev/check_cuda.py \
+        --bench-only) 2>&1 | sed "s/^/R=${stage#bench_r} /" | tee -a "$SUMMARY" ;;
+    check_r1)  # CUDA against the CPU with one row per lane on every shape
+      (cd /tmp && SOFTSW_ROWS_PER_LANE=1 timeout 120 python3 $REPO/dev/check_cuda.py) > $OUT/check_r1.log 2>&1
+      say "check_r1: $(grep -c '^ok' $OUT/check_r1.log) ok, $(grep -c '^BAD' $OUT/check_r1.log) bad; $(tail -1 $OUT/check_r1.log)" ;;
     softbench)  # the package benchmark with its baselines; the JSON feeds benchmarks/plot.py
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
-        --json $OUT/bench.json) > $OUT/bench.txt 2>&1
+        --baselines $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
     affinebench)  # affine next to linear, softsw only, same shapes and run
       for kind in "" "--affine"; do

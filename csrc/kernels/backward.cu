@@ -190,20 +190,20 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     };
 
     auto checked_steps = [&](int from, int to) {  // t = to - 1 down to from
-      auto load = [&](int t, A (&s)[R]) {
+      auto load = [&](int t, T (&raw)[R]) {  // converted when used (load_raw)
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          s[k] = (t >= from && c >= 0 && c < n && row_ok[k]) ? load_as<A>(srow[k] + c) * a.scale
-                                                             : A(0);
+          raw[k] = (t >= from && c >= 0 && c < n && row_ok[k]) ? load_raw(srow[k] + c)
+                                                               : raw_zero<T>();
         }
       };
-      A s_next[R];
+      T s_next[R];
       load(to - 1, s_next);
       for (int t = to - 1; t >= from; --t) {
         A s[R], grad[R];
 #pragma unroll
-        for (int k = 0; k < R; ++k) s[k] = s_next[k];
+        for (int k = 0; k < R; ++k) s[k] = to_acc<A>(s_next[k]) * a.scale;
         load(t - 1, s_next);
         step(t, s, grad, true);
 #pragma unroll
@@ -231,27 +231,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (bulk_end > bulk_begin) {
         // Group g (steps 4g+3 .. 4g) touches, in row k, columns 4q + j - k
         // (q = g - l, j = 3..0): the head of vector q and the tail of q-1.
-        A vp[R][4], vc[R][4], vn[R][4];
+        A vp[R][4], vc[R][4];
+        Raw4<T> vn[R];         // the next group's vectors, converted when used
         A gc[R][4], gn[R][4];  // gradient of vector q (completed this group) and q-1
-        auto load_vec = [&](int k, int q, A (&out)[4]) {
-          if (q >= 0 && 4 * q + 3 < a.cols) {
-            load4<T, A>(srow[k] + 4 * q, a.scale, out);
-          } else {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) out[i] = A(0);
-          }
+        auto load_vec = [&](int k, int q) {
+          return q >= 0 && 4 * q + 3 < a.cols ? load_raw4(srow[k] + 4 * q) : raw4_zero<T>();
         };
         const int q_top = (bulk_end - 4) / 4 - lane;
 #pragma unroll
         for (int k = 0; k < R; ++k) {
-          load_vec(k, q_top, vc[k]);
-          load_vec(k, q_top - 1, vp[k]);
+          convert4(load_vec(k, q_top), a.scale, vc[k]);
+          convert4(load_vec(k, q_top - 1), a.scale, vp[k]);
         }
         for (int t0 = bulk_end - 4; t0 >= bulk_begin; t0 -= 4) {
           const int q = t0 / 4 - lane;
           const bool first_group = t0 == bulk_end - 4;
 #pragma unroll
-          for (int k = 0; k < R; ++k) load_vec(k, q - 2, vn[k]);
+          for (int k = 0; k < R; ++k) vn[k] = load_vec(k, q - 2);
 #pragma unroll
           for (int j = 3; j >= 0; --j) {
             A s[R], grad[R];
@@ -280,8 +276,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             for (int i = 0; i < 4; ++i) {
               gc[k][i] = gn[k][i];
               vc[k][i] = vp[k][i];
-              vp[k][i] = vn[k][i];
             }
+            convert4(vn[k], a.scale, vp[k]);
           }
         }
         // Vector q-1 of the lowest group is only partly done: store its tail,

@@ -159,21 +159,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const T* sp[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) sp[k] = srow[k] + (from - r0 - k);
-      auto load = [&](int t, A (&s)[R]) {
+      auto load = [&](int t, T (&raw)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
           const bool inside = kChecked ? (c >= 0 && c < n && row_ok[k]) : true;
-          s[k] = (t < to && inside) ? load_as<A>(sp[k]) * a.scale : A(0);
+          raw[k] = (t < to && inside) ? load_raw(sp[k]) : raw_zero<T>();
           ++sp[k];
         }
       };
-      A s_next[R];
+      T s_next[R];
       load(from, s_next);
       for (int t = from; t < to; ++t) {
         A s[R];
 #pragma unroll
-        for (int k = 0; k < R; ++k) s[k] = s_next[k];
+        for (int k = 0; k < R; ++k) s[k] = to_acc<A>(s_next[k]) * a.scale;
         load(t + 1, s_next);
         step(t, s, kChecked);
       }
@@ -204,25 +204,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (bulk_end > bulk_begin) {
         // Row k's group g reads columns 4(g-l) - k .. 4(g-l) + 3 - k: the tail
         // of vector q-1 and the head of vector q, q = g - l.
-        A vp[R][4], vc[R][4], vn[R][4];
-        auto load_vec = [&](int k, int q, A (&out)[4]) {
-          if (q >= 0 && 4 * q + 3 < a.cols) {
-            load4<T, A>(srow[k] + 4 * q, a.scale, out);
-          } else {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) out[i] = A(0);
-          }
+        A vp[R][4], vc[R][4];
+        Raw4<T> vn[R];  // the next group's vectors, converted when they are used
+        auto load_vec = [&](int k, int q) {
+          return q >= 0 && 4 * q + 3 < a.cols ? load_raw4(srow[k] + 4 * q) : raw4_zero<T>();
         };
         const int q0 = bulk_begin / 4 - lane;
 #pragma unroll
         for (int k = 0; k < R; ++k) {
-          load_vec(k, q0 - 1, vp[k]);
-          load_vec(k, q0, vc[k]);
+          convert4(load_vec(k, q0 - 1), a.scale, vp[k]);
+          convert4(load_vec(k, q0), a.scale, vc[k]);
         }
         for (int t = bulk_begin; t < bulk_end; t += 4) {
           const int q = t / 4 - lane;
 #pragma unroll
-          for (int k = 0; k < R; ++k) load_vec(k, q + 1, vn[k]);
+          for (int k = 0; k < R; ++k) vn[k] = load_vec(k, q + 1);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             A s[R];
@@ -231,12 +227,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             step(t + j, s, false);
           }
 #pragma unroll
-          for (int k = 0; k < R; ++k)
+          for (int k = 0; k < R; ++k) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              vp[k][i] = vc[k][i];
-              vc[k][i] = vn[k][i];
-            }
+            for (int i = 0; i < 4; ++i) vp[k][i] = vc[k][i];
+            convert4(vn[k], a.scale, vc[k]);
+          }
         }
       }
     }

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -72,8 +73,57 @@ template <typename T, typename A> __device__ __forceinline__ T store_as(A x) {
 }
 template <> __device__ __forceinline__ double store_as<double, double>(double x) { return x; }
 
+// Prefetching: a value loaded ahead of its use is kept as loaded (raw) and
+// converted when it is used. Converting at once would make the warp wait for
+// the load right there, and the prefetch would hide nothing.
+template <typename T> __device__ __forceinline__ T load_raw(const T* p) { return __ldg(p); }
+template <typename T> __device__ __forceinline__ T raw_zero() {
+  if constexpr (std::is_same_v<T, double>) return 0.0;
+  else return from_acc<T>(0.0f);
+}
+template <typename A, typename T> __device__ __forceinline__ A to_acc(T x) {
+  if constexpr (std::is_same_v<T, double>) return x;
+  else return A(to_float<T>(x));
+}
+
 // Four consecutive elements (16-byte aligned for float, 8 for half types,
-// 32 for double), converted to / from the accumulate type.
+// 32 for double) as loaded, and converted to the accumulate type.
+template <typename T>
+struct Raw4 {
+  T v[4];
+};
+template <typename T>
+__device__ __forceinline__ Raw4<T> load_raw4(const T* p) {
+  Raw4<T> r;
+  if constexpr (sizeof(T) == 8) {
+    const double2 x = __ldg(reinterpret_cast<const double2*>(p));
+    const double2 y = __ldg(reinterpret_cast<const double2*>(p) + 1);
+    r.v[0] = x.x; r.v[1] = x.y; r.v[2] = y.x; r.v[3] = y.y;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+    r.v[0] = x.x; r.v[1] = x.y; r.v[2] = x.z; r.v[3] = x.w;
+  } else {
+    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
+    const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.v[i] = h[i];
+  }
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ Raw4<T> raw4_zero() {
+  Raw4<T> r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r.v[i] = raw_zero<T>();
+  return r;
+}
+template <typename T, typename A>
+__device__ __forceinline__ void convert4(const Raw4<T>& r, A scale, A (&out)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = to_acc<A>(r.v[i]) * scale;
+}
+
+// Four consecutive elements, converted to / from the accumulate type.
 template <typename T, typename A>
 __device__ __forceinline__ void load4(const T* p, A scale, A (&out)[4]) {
   if constexpr (sizeof(T) == 8) {
@@ -134,7 +184,13 @@ struct GapReader {
 // bands waste the fill and drain on short targets; on long ones 4 rows per
 // thread give 4 independent cells per step (hiding the cell's latency) and
 // 16-byte loads and stores.
+// SOFTSW_ROWS_PER_LANE=1 or 4 forces either (for benchmarks of the choice).
 inline int rows_per_thread(const Problem& p) {
+  static const int forced = [] {
+    const char* e = std::getenv("SOFTSW_ROWS_PER_LANE");
+    return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 0;
+  }();
+  if (forced) return forced;
   return p.rows <= 32 || p.cols < 256 ? 1 : 4;
 }
 
