@@ -187,6 +187,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> forward(
   check_device_supported(scores);
   ProblemArgs args = make_problem(scores, gap_open, gap_extend, gap_open_value,
                                   gap_extend_value, affine, temperature, lengths, reduction);
+  args.problem.keeps_state = keep_hidden;
   const Problem& p = args.problem;
   const ScalarType acc = accumulate_type(scores);
   Tensor score = new_tensor(scores, {p.batch}, scores.scalar_type());

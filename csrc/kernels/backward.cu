@@ -189,13 +189,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
     };
 
-    auto checked_steps = [&](int from, int to) {  // t = to - 1 down to from
+    // Steps to - 1 down to from. Unchecked (CHECKED false) only where every
+    // cell of every lane is inside the pair.
+    auto run_steps = [&](int from, int to, auto checked) {
+      constexpr bool kChecked = decltype(checked)::value;
       auto load = [&](int t, T (&raw)[R]) {  // converted when used (load_raw)
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          raw[k] = (t >= from && c >= 0 && c < n && row_ok[k]) ? load_raw(srow[k] + c)
-                                                               : raw_zero<T>();
+          const bool inside = kChecked ? (c >= 0 && c < n && row_ok[k]) : true;
+          raw[k] = (t >= from && inside) ? load_raw(srow[k] + c) : raw_zero<T>();
         }
       };
       T s_next[R];
@@ -205,19 +208,24 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int k = 0; k < R; ++k) s[k] = to_acc<A>(s_next[k]) * a.scale;
         load(t - 1, s_next);
-        step(t, s, grad, true);
+        step(t, s, grad, kChecked);
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
-          if (c >= 0 && c < n && row_ok[k]) grow[k][c] = store_as<T>(grad[k]);
+          if (!kChecked || (c >= 0 && c < n && row_ok[k])) grow[k][c] = store_as<T>(grad[k]);
         }
-        load_diagonal(t - 3, w2, true);
+        load_diagonal(t - 3, w2, kChecked || t - 3 < kBandRows - 1);
       }
     };
 
-    int bulk_begin = 0, bulk_end = 0;
+    // As in the forward: steps kBandRows - 1 .. n - 1 of a full band run
+    // unchecked, whole aligned groups of 4 among them (R = 4) as the bulk.
+    const bool full = rows_here == kBandRows && n > kBandRows - 1;
+    const int plain_begin = full ? kBandRows - 1 : 0;
+    const int plain_end = full ? n : 0;
+    int bulk_begin = plain_end, bulk_end = plain_end;
     if constexpr (R == 4) {
-      if (a.vector_ok && rows_here == kBandRows) {
+      if (a.vector_ok && full) {
         const int first = (kBandRows - 1 + 3) & ~3;
         const int last = n & ~3;
         if (last > first) {
@@ -226,7 +234,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         }
       }
     }
-    checked_steps(bulk_end, steps);
+    run_steps(plain_end, steps, std::true_type{});
+    run_steps(bulk_end, plain_end, std::false_type{});
     if constexpr (R == 4) {
       if (bulk_end > bulk_begin) {
         // Group g (steps 4g+3 .. 4g) touches, in row k, columns 4q + j - k
@@ -290,7 +299,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             if (i >= 4 - k) grow[k][4 * q_low + i] = store_as<T>(gc[k][i]);
       }
     }
-    checked_steps(0, bulk_begin);
+    run_steps(plain_begin, bulk_begin, std::false_type{});
+    run_steps(0, plain_begin, std::true_type{});
   }
 }
 

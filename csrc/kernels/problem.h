@@ -36,6 +36,9 @@ struct Problem {
   bool affine = false;
   double temperature = 1.0;         // 0: hard (max-plus) Smith-Waterman
   Reduction reduction = Reduction::Max;
+  // False for a forward whose per-cell state nobody reads (inference): the
+  // kernels may then pick a work split that need not match the backward's.
+  bool keeps_state = true;
 };
 
 // What the forward writes. `hidden` is what the backward passes read back:

@@ -191,6 +191,9 @@ inline int rows_per_thread(const Problem& p) {
     return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 0;
   }();
   if (forced) return forced;
+  // Measured on the H200: one row per lane (4x the warps) is faster for every
+  // inference shape; with H stored, 4 rows per lane win from 512 columns on.
+  if (!p.keeps_state) return 1;
   return p.rows <= 32 || p.cols < 256 ? 1 : 4;
 }
 
