@@ -31,8 +31,26 @@ def one_each():
     torch.cuda.synchronize()
 
 
+def profile_step():
+    """Where the time of one eager 16x32x32 training step goes (host and GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    S = torch.randn(16, 32, 32, device="cuda", requires_grad=True)
+
+    def step():
+        softsw.align(S).sum().backward()
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            step()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25), flush=True)
+
+
 if __name__ == "__main__":
     if "--host" in sys.argv:
         host_overhead()
+        profile_step()
     else:
         one_each()

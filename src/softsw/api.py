@@ -211,8 +211,50 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
     keep = _needs_grad(args[0], args[1], args[2])
-    score = torch.ops.softsw.forward(*args, keep)[0]
+    if keep and _eager():
+        score = _EagerForward.apply(*args)
+    else:
+        score = torch.ops.softsw.forward(*args, keep)[0]
     return score.squeeze(0) if squeeze else score
+
+
+def _eager() -> bool:
+    return not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active())
+
+
+class _EagerForward(torch.autograd.Function):
+    """Autograd of ``softsw::forward`` for eager calls of :func:`align`.
+
+    The same forward and backward ops, and the same backward, as the
+    ``torch.library`` registration in ``_ops.py``, which tracing (torch.compile)
+    and functorch transforms keep using. That registration's eager wrapper
+    re-reads the op schema on every call (``fill_defaults``): about 0.14 ms of
+    host time per call, measured, more than a small problem's kernels take.
+    """
+
+    @staticmethod
+    def forward(ctx, scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+                temperature, lengths, reduction):
+        score, hidden, argmax, total = torch.ops.softsw.forward(
+            scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+            temperature, lengths, reduction, True)
+        ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
+        ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
+        return score
+
+    @staticmethod
+    def backward(ctx, grad_score):
+        scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
+        gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
+        # Under create_graph this call records softsw::backward's own autograd:
+        # double backward works as through the registered path.
+        grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
+            grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value,
+            gap_extend_value, affine, temperature, lengths, reduction, hidden, argmax, total)
+        return (grad_scores,
+                grad_open if gap_open is not None else None,
+                grad_extend if (affine and gap_extend is not None) else None,
+                None, None, None, None, None, None)
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
