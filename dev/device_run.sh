@@ -48,7 +48,7 @@ for stage in "$@"; do
       say "check_r1: $(grep -c '^ok' $OUT/check_r1.log) ok, $(grep -c '^BAD' $OUT/check_r1.log) bad; $(tail -1 $OUT/check_r1.log)" ;;
     softbench)  # the package benchmark with its baselines; the JSON feeds benchmarks/plot.py
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
-        --baselines $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
+        --benchmarks-dir $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
     affinebench)  # affine next to linear, softsw only, same shapes and run
       for kind in "" "--affine"; do
