@@ -255,9 +255,15 @@ def test_affine_hard_ties_documented_order(device, gen, reduction):
     C: start, match, gap down, gap right; C' of a gap down: start, match, gap
     right (of a gap right: start, match, gap down); U and L: open before extend
     -- the reference's order, so gradients match bit for bit (and every backend
-    returns the same traceback)."""
+    returns the same traceback). Equal float gaps run the one-state recurrence
+    (SPEC §1 allows it) and so follow the linear order on H (start, match, gap
+    down, gap right): another optimal path where the two orders differ."""
     S = quantized(gen, 3, 27, 25, device=device, step=1.0, scale=2.5)
-    for gaps in ((-2.0, -1.0), (-1.0, -1.0), (-1.0, -2.0)):
+    for gaps in ((-2.0, -1.0), (-1.0, -2.0)):
         compare_with_reference(gen, S, gaps[0], 0.0, gap_extend=gaps[1], reduction=reduction)
+    s_equal, p_equal = softsw.alignment(S, -1.0, 0.0, gap_extend=-1.0, reduction=reduction)
+    s_linear, p_linear = softsw.alignment(S, -1.0, 0.0, reduction=reduction)
+    assert torch.equal(s_equal, s_linear) and torch.equal(p_equal, p_linear)
+    compare_with_reference(gen, S, -1.0, 0.0, reduction=reduction)
     go = torch.round(gap_tensor(gen, (3, 27, 1), -2.0, device, spread=1.0))
     compare_with_reference(gen, S, go, 0.0, gap_extend=-1.0, reduction=reduction)

@@ -211,14 +211,15 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
     keep = _needs_grad(args[0], args[1], args[2])
-    if keep and _eager():
+    if keep and _plain_autograd():
         score = _EagerForward.apply(*args)
     else:
         score = torch.ops.softsw.forward(*args, keep)[0]
     return score.squeeze(0) if squeeze else score
 
 
-def _eager() -> bool:
+def _plain_autograd() -> bool:
+    # Tracing and functorch transforms need the op's registered autograd.
     return not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active())
 
 
