@@ -174,13 +174,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int64_t steps = n + int64_t(lanes_active) * R - 1;
     int64_t slot = 0;  // t mod n: where this step's anti-diagonal is stored
 
-    A s_next[R];
-    auto load_scores = [&](int64_t t, A* out) {
+    T s_next[R];  // raw: converted when used (load_raw)
+    auto load_scores = [&](int64_t t, T* out) {
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int64_t c = t - r0 - k;
         const int64_t r = top + r0 + k;
-        out[k] = (c >= 0 && c < n && r < m) ? load_as<A>(S + r * a.cols + c) * a.scale : A(0);
+        out[k] = (c >= 0 && c < n && r < m) ? load_raw(S + r * a.cols + c) : raw_zero<T>();
       }
     };
     load_scores(0, s_next);
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     for (int64_t t = 0; t < steps; ++t) {
       A s_cur[R];
 #pragma unroll
-      for (int k = 0; k < R; ++k) s_cur[k] = s_next[k];
+      for (int k = 0; k < R; ++k) s_cur[k] = to_acc<A>(s_next[k]) * a.scale;
       if (t + 1 < steps) load_scores(t + 1, s_next);
 
       // The row above the band: published by the warp that owns the band above.
@@ -437,12 +437,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
                      : outside;
       }
     };
-    auto load_scores = [&](int64_t d, A* out) {
+    auto load_scores = [&](int64_t d, T* out) {  // raw: converted when used (load_raw)
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int64_t c = d - r0 - k;
         const int64_t r = top + r0 + k;
-        out[k] = (c >= 0 && c < nc && r < mc) ? load_as<A>(S + r * a.cols + c) * a.scale : A(0);
+        out[k] = (c >= 0 && c < nc && r < mc) ? load_raw(S + r * a.cols + c) : raw_zero<T>();
       }
     };
     // Row `row` (within the band above) at column `col` of one saved plane.
@@ -452,7 +452,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
     // Saved C of this lane's rows on anti-diagonals t, t-1, t-2, t-3; U and L
     // on t and t-1; the scores on t-1.
-    A c0[R], c1[R], c2[R], c3[R], u0[R], u1[R], l0[R], l1[R], s1[R];
+    A c0[R], c1[R], c2[R], c3[R], u0[R], u1[R], l0[R], l1[R];
+    T s1[R];
     // Recomputed D, A, B on anti-diagonal t (x0) and t-1 (x1).
     A d0[R], a0[R], b0[R], d1[R], a1[R], b1[R];
     // Adjoint contributions this lane's rows made on the last steps: to C
@@ -523,7 +524,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         const int64_t r = top + r0 + k;
         const A cd = k == 0 ? cup3 : c3[k - 1];
         if (c >= 0 && c < nc && r < mc) {
-          const A D = cd + s1[k];
+          const A D = cd + to_acc<A>(s1[k]) * a.scale;
           d1[k] = D;
           a1[k] = Aff::prime(D, l1[k]);
           b1[k] = Aff::prime(D, u1[k]);
