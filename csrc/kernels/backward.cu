@@ -102,12 +102,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         }
       }
     };
-    A w0[R], w1[R], w2[R];  // H on anti-diagonals t, t-1, t-2
+    // H on anti-diagonals t, t-1, t-2, and t-3: loaded one step before it is
+    // first read (a load at the end of step t is read in step t-2), so that
+    // its latency passes behind a whole step.
+    A w0[R], w1[R], w2[R], w3[R];
     const int lanes_active = (rows_here + R - 1) / R;
     const int steps = n + lanes_active * R - 1;
     load_diagonal(steps - 1, w0, true);
     load_diagonal(steps - 2, w1, true);
     load_diagonal(steps - 3, w2, true);
+    load_diagonal(steps - 4, w3, true);
 
     // Contributions E * p_k this lane's rows made on the last two steps.
     A m1[R], m1p[R], m2[R], m3[R];
@@ -186,6 +190,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         m3[k] = n3[k];
         w0[k] = w1[k];
         w1[k] = w2[k];
+        w2[k] = w3[k];
       }
     };
 
@@ -214,7 +219,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const int c = t - r0 - k;
           if (!kChecked || (c >= 0 && c < n && row_ok[k])) grow[k][c] = store_as<T>(grad[k]);
         }
-        load_diagonal(t - 3, w2, kChecked || t - 3 < kBandRows - 1);
+        load_diagonal(t - 4, w3, kChecked || t - 4 < kBandRows - 1);
       }
     };
 
@@ -268,9 +273,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
               if (j >= k) gc[k][j - k] = grad[k];
               else gn[k][4 + j - k] = grad[k];
             }
-            // H three diagonals back: all inside unless near the fill.
-            const int d = t0 + j - 3;
-            load_diagonal(d, w2, d < kBandRows - 1);
+            // H four diagonals back: all inside unless near the fill.
+            const int d = t0 + j - 4;
+            load_diagonal(d, w3, d < kBandRows - 1);
           }
 #pragma unroll
           for (int k = 0; k < R; ++k) {
