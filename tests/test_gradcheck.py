@@ -198,3 +198,35 @@ def test_backward_twice_with_retain_graph(device, gen):
     first = (x.grad.clone(), g.grad.clone())
     out.sum().backward()
     assert torch.equal(x.grad, 2 * first[0]) and torch.equal(g.grad, 2 * first[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+def test_eager_autograd_matches_registered_autograd(device, gen, affine):
+    """softsw.align differentiates eager calls through its own autograd.Function
+    and torch.ops.softsw.forward through the torch.library registration: the
+    same kernels, so gradients and Hessian-vector products agree bit for bit."""
+    B, M, N = 3, 19, 23
+    S = randn(gen, B, M, N, device=device)
+    go = randn(gen, B, M, 1, device=device, scale=0.1, shift=-0.7)
+    ext = -0.2 if affine else None
+    v = randn(gen, B, M, N, device=device)
+    lengths = rand_lengths(gen, B, M, N).to(device)
+
+    def derivatives(score_of):
+        x, g = leaf(S), leaf(go)
+        out = score_of(x, g)
+        gx, gg = torch.autograd.grad(out.sum(), (x, g), create_graph=True)
+        hx, hg = torch.autograd.grad((gx * v).sum(), (x, g))
+        return out.detach(), gx.detach(), gg.detach(), hx, hg
+
+    eager = derivatives(lambda x, g: softsw.align(x, g, 0.7, gap_extend=ext, lengths=lengths,
+                                                  reduction="soft"))
+
+    def registered(x, g):
+        return torch.ops.softsw.forward(
+            x, g.expand(B, M, N), None, 0.0, 0.0 if ext is None else ext, affine, 0.7,
+            lengths, 1, True)[0]  # reduction 1: "soft"; keep_hidden
+
+    for a, b in zip(eager, derivatives(registered)):
+        assert torch.equal(a, b)
