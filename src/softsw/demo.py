@@ -289,7 +289,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, OSError) as err:
         parser.error(str(err))
 
-    gap_open, gap_extend, temperature = args.gap_open, args.gap_extend, args.temperature
+    gap_open, gap_extend = args.gap_open, args.gap_extend
     gaps = ("linear gaps" if gap_extend is None
             else f"affine gaps, gap_extend {gap_extend:g}")
     print("softsw demo: local alignment of two sequences")
