@@ -1,7 +1,6 @@
 """Developer smoke check of the CUDA kernels against a float64 anti-diagonal
 reference (autograd for gradients), plus rough timings. Not the test suite."""
 import sys
-import time
 
 import torch
 
