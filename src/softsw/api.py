@@ -268,7 +268,10 @@ def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: floa
     position ``i`` is matched with target position ``j`` (for ``temperature=0``
     the 0/1 matrix of the optimal alignment path, ties broken by preferring, at
     each cell, a path that starts there, then a match, then a gap down, then a
-    gap right). Zero outside each pair's ``lengths``. Both outputs are
+    gap right; with affine gaps the same order on ``C``, a gap opened before
+    one extended, and a gap opened from a start, then a match, then a gap the
+    other way; equal float ``gap_open`` and ``gap_extend`` are linear gaps and
+    follow the linear order). Zero outside each pair's ``lengths``. Both outputs are
     differentiable (the alignment through a Hessian-vector product), so a loss
     on the soft alignment itself can be trained.
     """
