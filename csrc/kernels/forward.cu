@@ -3,12 +3,13 @@
 // warp shuffles, and optionally the per-cell state the backward reads.
 //
 // A band runs in three phases: the fill (lanes starting one after another),
-// the bulk (every cell of the step inside the pair) and the drain. The fill
-// and drain check every cell; the bulk, when rows are 16-byte aligned and
-// R = 4, runs unchecked in groups of 4 steps, where each row's scores arrive
-// as one 16-byte load per group (the position of each element inside its
-// vector is a compile-time constant) and each step's hidden state leaves as
-// one 16-byte store per lane.
+// the middle (every cell of the step inside the pair) and the drain. The fill
+// and drain check every cell; the middle runs unchecked, and when rows are
+// 16-byte aligned and R = 4 its whole groups of 4 steps run as the bulk, where
+// each row's scores arrive as one 16-byte load per group (the position of each
+// element inside its vector is a compile-time constant) and each step's hidden
+// state leaves as one 16-byte store per lane. Scores are loaded a step (a
+// group) ahead and kept raw until used (load_raw in wavefront.cuh).
 #include "affine.cuh"
 #include "wavefront.cuh"
 
