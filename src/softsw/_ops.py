@@ -82,16 +82,34 @@ def _double_backward_fake(grad_grad_scores, grad_grad_gap_open, grad_grad_gap_ex
 # --------------------------------------------------------------------------
 
 
-def _forward_setup_context(ctx, inputs, output):
-    (scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine, temperature, lengths,
-     reduction, keep_hidden) = inputs
-    _, hidden, argmax, total = output
-    ctx.keep_hidden = keep_hidden
-    ctx.has_gap_open = gap_open is not None
-    ctx.has_gap_extend = gap_extend is not None
-    ctx.has_lengths = lengths is not None
+def save_forward_state(ctx, args, hidden, argmax, total):
+    """Keep on `ctx` what the backward of ``softsw::forward`` reads. `args` are
+    the forward's arguments without ``keep_hidden``. Shared by the registered
+    autograd below and ``api._EagerForward``."""
+    (scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine, temperature,
+     lengths, reduction) = args
     ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
     ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
+
+
+def backward_of_forward(ctx, grad_score):
+    """(d scores, d gap_open, d gap_extend) from what save_forward_state kept;
+    None for a gap that is a float. Under create_graph the call records
+    ``softsw::backward``'s own autograd, which gives double backward."""
+    scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
+    gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
+    grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
+        grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+        affine, temperature, lengths, reduction, hidden, argmax, total)
+    return (grad_scores,
+            grad_open if gap_open is not None else None,
+            grad_extend if (affine and gap_extend is not None) else None)
+
+
+def _forward_setup_context(ctx, inputs, output):
+    _, hidden, argmax, total = output
+    ctx.keep_hidden = inputs[-1]
+    save_forward_state(ctx, inputs[:-1], hidden, argmax, total)
 
 
 def _forward_backward(ctx, grad_score, _grad_hidden, _grad_argmax, _grad_total):
@@ -99,17 +117,7 @@ def _forward_backward(ctx, grad_score, _grad_hidden, _grad_argmax, _grad_total):
         raise RuntimeError(
             "softsw: this forward was called with keep_hidden=False, so it kept nothing "
             "to differentiate; call softsw.align (or forward with keep_hidden=True)")
-    scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
-    gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
-    grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
-        grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
-        affine, temperature, lengths, reduction, hidden, argmax, total)
-    return (
-        grad_scores,
-        grad_open if ctx.has_gap_open else None,
-        grad_extend if (affine and ctx.has_gap_extend) else None,
-        None, None, None, None, None, None, None,
-    )
+    return backward_of_forward(ctx, grad_score) + (None,) * 7
 
 
 torch.library.register_autograd(

@@ -234,28 +234,14 @@ class _EagerForward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
-                temperature, lengths, reduction):
-        score, hidden, argmax, total = torch.ops.softsw.forward(
-            scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
-            temperature, lengths, reduction, True)
-        ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
-        ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
+    def forward(ctx, *args):
+        score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
+        _ops.save_forward_state(ctx, args, hidden, argmax, total)
         return score
 
     @staticmethod
     def backward(ctx, grad_score):
-        scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
-        gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
-        # Under create_graph this call records softsw::backward's own autograd:
-        # double backward works as through the registered path.
-        grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
-            grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value,
-            gap_extend_value, affine, temperature, lengths, reduction, hidden, argmax, total)
-        return (grad_scores,
-                grad_open if gap_open is not None else None,
-                grad_extend if (affine and gap_extend is not None) else None,
-                None, None, None, None, None, None)
+        return _ops.backward_of_forward(ctx, grad_score) + (None,) * 6
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
