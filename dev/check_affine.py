@@ -76,6 +76,17 @@ def run(S, go, ge, T, lengths, reduction, w, device, dtype):
     return out.detach().double().cpu(), [x.grad.double().cpu() for x in leaves]
 
 
+def run_inference(S, go, ge, T, lengths, reduction, device, dtype):
+    """The score of a forward that keeps no state (its own work split on CUDA)."""
+    def to(g):
+        return g.to(device, dtype) if isinstance(g, torch.Tensor) else g
+    with torch.no_grad():
+        out = softsw.align(S.to(device, dtype), to(go), T, gap_extend=to(ge),
+                           lengths=None if lengths is None else lengths.to(device),
+                           reduction=reduction)
+    return out.double().cpu()
+
+
 def rel_err(x, ref):
     """Max |x - ref| / max(1, max |ref|), NaN-aware (NaN must match NaN)."""
     nan_x, nan_r = torch.isnan(x), torch.isnan(ref)
@@ -148,6 +159,14 @@ def check_case(B, M, N, T, reduction, gaps, kinds, use_lengths, nan_pad, seed):
         ok64 = e64v < 1e-9 and e64g < 1e-9
         ok32 = e32v < 1e-4 and e32g < 2e-3
         detail = f"f64 value {e64v:.1e} grad {e64g:.1e}; f32 value {e32v:.1e} grad {e32g:.1e}"
+    # Inference runs one row per lane: the same max exactly, the soft total to rounding.
+    i64 = run_inference(S, go, ge, T, lengths, reduction, DEV, torch.float64)
+    i32 = run_inference(S, go, ge, T, lengths, reduction, DEV, torch.float32)
+    if reduction == "max" or T == 0:
+        ok_inf = exact(i64, v64) and exact(i32, v32)
+    else:
+        ok_inf = rel_err(i64, v64) < 1e-12 and rel_err(i32, v32) < 1e-5
+    detail += f"; inference same={ok_inf}"
     ok_pad = True
     if lengths is not None:
         mask = padding_mask(lengths, M, N)
@@ -156,7 +175,7 @@ def check_case(B, M, N, T, reduction, gaps, kinds, use_lengths, nan_pad, seed):
                 if g.shape == (B, M, N):
                     ok_pad &= bool((g[mask] == 0).all())
         detail += f"; padding zero={ok_pad}"
-    return report(ok64 and ok32 and ok_pad, desc, detail)
+    return report(ok64 and ok32 and ok_pad and ok_inf, desc, detail)
 
 
 def check_linear_equivalence(B, M, N, T, reduction, g, use_lengths, seed):

@@ -134,7 +134,8 @@ def test_second_device(gen):
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("T", [1.0, 0.0])
-def test_inference_forward_matches_training_forward(gen, T, reduction):
+@pytest.mark.parametrize("gap_extend", [None, -0.25])
+def test_inference_forward_matches_training_forward(gen, T, reduction, gap_extend):
     """A forward that keeps no state (inference) may split the work
     differently from one that feeds a backward (one row per lane against four
     on tall bands): the scores agree, exactly for the max."""
@@ -142,8 +143,9 @@ def test_inference_forward_matches_training_forward(gen, T, reduction):
         S = quantized(gen, B, M, N, dtype=torch.float32, device="cuda") if T == 0 \
             else randn(gen, B, M, N, dtype=torch.float32, device="cuda")
         with torch.no_grad():
-            inference = softsw.align(S, -0.7, T, reduction=reduction)
-        training = softsw.align(S.clone().requires_grad_(True), -0.7, T, reduction=reduction)
+            inference = softsw.align(S, -0.7, T, reduction=reduction, gap_extend=gap_extend)
+        training = softsw.align(S.clone().requires_grad_(True), -0.7, T, reduction=reduction,
+                                gap_extend=gap_extend)
         if reduction == "max":
             assert torch.equal(inference, training.detach())
         else:

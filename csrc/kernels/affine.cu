@@ -1,36 +1,28 @@
-// Affine gaps on CUDA: forward and backward of the three-state recurrence
-// (SPEC.md §1, MATH.md "Affine gaps") on the band wavefront of wavefront.cuh,
-// with the cell math of AffineCell / LinearCell (recurrence.h) so that the CPU
-// and CUDA kernels cannot drift. Per cell (i, j), nodes named as in
-// recurrence.h:
+// Affine gaps on CUDA: the backward of the three-state recurrence (SPEC.md
+// §1, MATH.md "Affine gaps") on the band wavefront of wavefront.cuh, with the
+// cell math of AffineCell / LinearCell (recurrence.h) so that the CPU and CUDA
+// kernels cannot drift. (The forward is forward.cu's, with AffineRow.) Per
+// cell (i, j), nodes named as in recurrence.h:
 //   D = C[i-1,j-1] + S_ij
 //   U = gap(A[i-1,j] + open_ij, U[i-1,j] + extend_ij)
 //   L = gap(B[i,j-1] + open_ij, L[i,j-1] + extend_ij)
 //   C = softmax_T(0, D, U, L),  A = softmax_T(0, D, L),  B = softmax_T(0, D, U)
 // with C = A = B = 0 and D = U = L = -inf on the boundary.
 //
-// Structure: the linear kernels' (forward.cu, backward.cu), same names where
-// the role is the same. What changes is what travels:
-//  * forward: a row hands the row below C (diagonal, one step later), A and U
-//    (up); it keeps B and L for its own next cell (left). Lane l-1's last row
-//    reaches lane l's first row with three shuffles; the band below gets three
-//    edge planes per column (C, A, U of the band's last row).
-//  * backward: a cell's adjoints go to C of (i-1,j-1) (from D), to A and to U
-//    of (i-1,j) (from U) and to B and L of (i,j-1) (from L). The band above
-//    gets three edge planes per column of its last row: the C, A and U
-//    adjoint contributions of the band's first row.
+// Structure: the linear backward's (backward.cu), same names where the role
+// is the same. A cell's adjoints go to C of (i-1,j-1) (from D), to A and to U
+// of (i-1,j) (from U) and to B and L of (i,j-1) (from L). The band above gets
+// three edge planes per column of its last row: the C, A and U adjoint
+// contributions of the band's first row.
 //
-// Saved state ("hidden", 3*B*M*N accumulate-type elements): per pair three
-// planes of M*N, plane 0 = C, 1 = U, 2 = L; each plane of a pair uses the
-// band / anti-diagonal layout of wavefront.cuh (band at `top * n`, cell (r, c)
-// of a band with `rows` rows at ((r + c) mod n) * rows + r). Slots outside the
-// pair's m*n cells are not written. The backward recomputes D, A and B from
-// C, U, L and the scores with the forward's arithmetic (bit-identical, so
-// hard-mode ties resolve as in the forward and as on the CPU), one
-// anti-diagonal ahead of the cells that read them.
-//
-// Rows per thread and band count are this file's own (affine_rows_per_thread),
-// as are the edges (three planes per band): affine_workspace_bytes().
+// Saved state ("hidden", 3*B*M*N accumulate-type elements, written by the
+// forward): per pair three planes of M*N, plane 0 = C, 1 = U, 2 = L; each
+// plane of a pair uses the band / anti-diagonal layout of wavefront.cuh (band
+// at `top * n`, cell (r, c) of a band with `rows` rows at ((r + c) mod n) *
+// rows + r). Slots outside the pair's m*n cells are not written. The backward
+// recomputes D, A and B from C, U, L and the scores with the forward's
+// arithmetic (bit-identical, so hard-mode ties resolve as in the forward and
+// as on the CPU), one anti-diagonal ahead of the cells that read them.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -41,298 +33,9 @@
 namespace softsw {
 namespace cuda {
 
-// --------------------------------------------------------------------------
-// Geometry and workspace of the affine passes
-// --------------------------------------------------------------------------
-
-// 1 row per lane for short queries; otherwise kAffineRows: 4 for float, 2
-// for double (the backward keeps ~2.5x the linear kernel's state per row; 4
-// rows of doubles spill).
-template <typename A> constexpr int kAffineRows = 4;
-template <> constexpr int kAffineRows<double> = 2;
-
-inline int affine_rows_per_thread(const Problem& p) {
-  if (p.rows <= 32) return 1;
-  return accumulates_in_double(p.dtype) ? kAffineRows<double> : kAffineRows<float>;
-}
-
-inline int64_t affine_band_count(const Problem& p) {
-  const int64_t band_rows = int64_t(kWarp) * affine_rows_per_thread(p);
-  return p.rows == 0 ? 1 : (p.rows + band_rows - 1) / band_rows;
-}
-
-// [ticket (16 B)] [flags: units x int32] [partials: units x 16 B]
-// [edges: units x 3 planes x cols x accumulate type]
-inline Workspace carve_affine_workspace(const Problem& p, void* base) {
-  const int64_t units = p.batch * affine_band_count(p);
-  char* at = static_cast<char*>(base);
-  Workspace w;
-  w.ticket = reinterpret_cast<unsigned long long*>(at);
-  at += 16;
-  w.flags = reinterpret_cast<int*>(at);
-  at += align16(units * int64_t(sizeof(int)));
-  w.partials = reinterpret_cast<Partial*>(at);
-  at += align16(units * int64_t(sizeof(Partial)));
-  w.edges = at;
-  return w;
-}
-
-inline int64_t affine_workspace_size(const Problem& p) {
-  const int64_t units = p.batch * affine_band_count(p);
-  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  return 16 + align16(units * int64_t(sizeof(int))) + align16(units * int64_t(sizeof(Partial))) +
-         align16(3 * units * p.cols * acc);
-}
-
-inline void clear_affine_sync_state(const Problem& p, const Workspace& w, cudaStream_t stream) {
-  const int64_t units = p.batch * affine_band_count(p);
-  cudaMemsetAsync(w.ticket, 0, 16 + align16(units * int64_t(sizeof(int))), stream);
-}
-
-
 template <typename A>
 __device__ __forceinline__ constexpr A neg_inf() {
   return -std::numeric_limits<A>::infinity();
-}
-
-// --------------------------------------------------------------------------
-// Forward
-// --------------------------------------------------------------------------
-
-template <typename T, typename A>
-struct AffineForwardArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const int64_t* lengths;
-  GapReader<T, A> open, extend;
-  A scale;    // kernel units per caller unit
-  A unscale;  // caller units per kernel unit
-  bool soft_reduction;
-  T* score;
-  A* hidden;
-  int64_t* argmax;
-  A* total;
-  Workspace ws;
-};
-
-template <typename T, typename A, int R, bool HARD>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    affine_forward_wavefront(const AffineForwardArgs<T, A> a) {
-  using Cell = LinearCell<A, HARD>;
-  using Aff = AffineCell<A, HARD>;
-  constexpr int kBandRows = kWarp * R;
-  const A kNegInf = neg_inf<A>();
-  const int lane = threadIdx.x & (kWarp - 1);
-  const bool soft_reduction = a.soft_reduction && !HARD;
-  A* const edges = static_cast<A*>(a.ws.edges);
-  const int64_t plane = a.rows * a.cols;  // one (M, N) plane
-
-  for (;;) {
-    const long long unit = next_unit(a.ws.ticket);
-    if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = unit % a.nbands;
-    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
-    const int64_t m = len.m, n = len.n;
-    if (m == 0 || n == 0) {
-      if (band == 0 && lane == 0) {
-        const A value = len.valid ? A(0) : quiet_nan<A>();
-        a.score[b] = store_as<T>(value);
-        PairTotal<A>::of(value).store(a.total, b);
-        a.argmax[b] = -1;
-      }
-      continue;
-    }
-    const int64_t top = band * kBandRows;
-    if (top >= m) continue;  // padding rows: no work
-    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
-    const bool has_above = band > 0;
-    const bool has_below = top + kBandRows < m;
-    const int64_t unit_id = b * a.nbands + band;
-    // Edge planes of a unit: C, A, U of its last row, `cols` each.
-    const A* edge_above = edges + (unit_id - 1) * 3 * a.cols;
-    A* edge_below = edges + unit_id * 3 * a.cols;
-    const T* S = a.scores + b * plane;
-    // Plane 0 (C) of this band; U at + plane, L at + 2 * plane.
-    A* hidden = a.hidden ? a.hidden + b * 3 * plane + top * n : nullptr;
-
-    const int r0 = lane * R;  // first row of this lane, within the band
-    // Each row's last values: C (and the C before: the diagonal of the row
-    // below), A and U (read by the row below), B and L (read by the row's next cell).
-    A hc[R], hcp[R], ha[R], hu[R], hb[R], hl[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      hc[k] = hcp[k] = ha[k] = hb[k] = A(0);
-      hu[k] = hl[k] = kNegInf;
-    }
-    A up_prev = A(0);  // C that row 0 received last step: its diagonal now
-    A edge_c = A(0), edge_a = A(0), edge_u = kNegInf;
-    MaxArg<A> best;
-    SoftTotal<A> soft;
-
-    const int lanes_active = (rows_here + R - 1) / R;
-    const int64_t steps = n + int64_t(lanes_active) * R - 1;
-    int64_t slot = 0;  // t mod n: where this step's anti-diagonal is stored
-
-    T s_next[R];  // raw: converted when used (load_raw)
-    auto load_scores = [&](int64_t t, T* out) {
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
-        out[k] = (c >= 0 && c < n && r < m) ? load_raw(S + r * a.cols + c) : raw_zero<T>();
-      }
-    };
-    load_scores(0, s_next);
-
-    for (int64_t t = 0; t < steps; ++t) {
-      A s_cur[R];
-#pragma unroll
-      for (int k = 0; k < R; ++k) s_cur[k] = to_acc<A>(s_next[k]) * a.scale;
-      if (t + 1 < steps) load_scores(t + 1, s_next);
-
-      // The row above the band: published by the warp that owns the band above.
-      if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
-        const int64_t need = t + kWarp < n ? t + kWarp : n;
-        wait_for(a.ws.flags + unit_id - 1, static_cast<int>(need));
-        const bool in = t + lane < n;
-        edge_c = in ? __ldcg(edge_above + t + lane) : A(0);
-        edge_a = in ? __ldcg(edge_above + a.cols + t + lane) : A(0);
-        edge_u = in ? __ldcg(edge_above + 2 * a.cols + t + lane) : kNegInf;
-      }
-      const int src = static_cast<int>(t & (kWarp - 1));
-      const A from_above_c = __shfl_sync(kFullMask, edge_c, src);
-      const A from_above_a = __shfl_sync(kFullMask, edge_a, src);
-      const A from_above_u = __shfl_sync(kFullMask, edge_u, src);
-      A up_c0 = __shfl_up_sync(kFullMask, hc[R - 1], 1);
-      A up_a0 = __shfl_up_sync(kFullMask, ha[R - 1], 1);
-      A up_u0 = __shfl_up_sync(kFullMask, hu[R - 1], 1);
-      if (lane == 0) {
-        up_c0 = has_above ? from_above_c : A(0);
-        up_a0 = has_above ? from_above_a : A(0);
-        up_u0 = has_above ? from_above_u : kNegInf;
-      }
-      const A diag0 = up_prev;
-      up_prev = up_c0;
-
-      A nc[R], na[R], nu[R], nb[R], nl[R];
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
-        const A up_a = k == 0 ? up_a0 : ha[k - 1];
-        const A up_u = k == 0 ? up_u0 : hu[k - 1];
-        const A diag = k == 0 ? diag0 : hcp[k - 1];
-        if (c >= 0 && c < n && r < m) {
-          const A o = a.open.at(b, r, c);
-          const A e = a.extend.at(b, r, c);
-          const A D = diag + s_cur[k];
-          const A U = Aff::gap(up_a + o, up_u + e);
-          const A L = Aff::gap(hb[k] + o, hl[k] + e);
-          const A C = Cell::value(D, U, L);
-          nc[k] = C;
-          na[k] = Aff::prime(D, L);
-          nu[k] = U;
-          nb[k] = Aff::prime(D, U);
-          nl[k] = L;
-          if (soft_reduction) {
-            soft.add(C);
-          } else {
-            best.add(C, r * a.cols + c);
-          }
-          if (hidden) {
-            const int64_t at = slot * rows_here + r0 + k;
-            hidden[at] = C;
-            hidden[plane + at] = U;
-            hidden[2 * plane + at] = L;
-          }
-        } else if (c < 0) {  // left of the pair: the boundary column j = 0
-          nc[k] = na[k] = nb[k] = A(0);
-          nu[k] = nl[k] = kNegInf;
-        } else {
-          nc[k] = hc[k];
-          na[k] = ha[k];
-          nu[k] = hu[k];
-          nb[k] = hb[k];
-          nl[k] = hl[k];
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        hcp[k] = hc[k];
-        hc[k] = nc[k];
-        ha[k] = na[k];
-        hu[k] = nu[k];
-        hb[k] = nb[k];
-        hl[k] = nl[k];
-      }
-
-      // Hand the band's last row (C, A, U) to the band below, 32 columns at a time.
-      if (has_below && lane == kWarp - 1) {
-        const int64_t c = t - (kBandRows - 1);
-        if (c >= 0 && c < n) {
-          edge_below[c] = hc[R - 1];
-          edge_below[a.cols + c] = ha[R - 1];
-          edge_below[2 * a.cols + c] = hu[R - 1];
-          if (((c + 1) & (kWarp - 1)) == 0 && c + 1 < n)
-            store_release(a.ws.flags + unit_id, static_cast<int>(c + 1));
-        }
-      }
-      if (++slot == n) slot = 0;
-    }
-
-    // This band's share of the reduction, then the pair's result from the
-    // last band (every band above has published its partial by then).
-    Partial part;
-    if (soft_reduction) {
-      soft = warp_soft_total(soft);
-      part = {double(soft.max), double(soft.sum)};
-    } else {
-      best = warp_max(best);
-      part = {double(best.best), double(best.index)};
-    }
-    if (lane == kWarp - 1) {
-      __stcg(&a.ws.partials[unit_id].a, part.a);
-      __stcg(&a.ws.partials[unit_id].b, part.b);
-      store_release(a.ws.flags + unit_id, static_cast<int>(n));
-    }
-    if (!has_below && lane == 0) {
-      // Merge in band order for a result independent of scheduling.
-      if (soft_reduction) {
-        SoftTotal<A> acc;
-        for (int64_t k = 0; k <= band; ++k) {
-          SoftTotal<A> o;
-          if (k == band) {
-            o = soft;
-          } else {
-            o.max = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
-            o.sum = A(__ldcg(&a.ws.partials[unit_id - band + k].b));
-          }
-          acc.merge(o);
-        }
-        PairTotal<A>::of(acc).store(a.total, b);
-        a.score[b] = store_as<T>(acc.value() * a.unscale);
-        a.argmax[b] = -1;
-      } else {
-        MaxArg<A> acc;
-        for (int64_t k = 0; k <= band; ++k) {
-          MaxArg<A> o;
-          if (k == band) {
-            o = best;
-          } else {
-            o.best = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
-            o.index = static_cast<int64_t>(__ldcg(&a.ws.partials[unit_id - band + k].b));
-          }
-          acc.merge(o);
-        }
-        PairTotal<A>::of(acc.best).store(a.total, b);
-        a.score[b] = store_as<T>(acc.best * a.unscale);
-        // Also for reduction "soft" at T = 0 (which is "max"): the backward
-        // seeds the adjoint there, as the linear CUDA kernels do.
-        a.argmax[b] = acc.index;
-      }
-    }
-  }
 }
 
 // --------------------------------------------------------------------------
@@ -357,7 +60,7 @@ struct AffineBackwardArgs {
   Workspace ws;
 };
 
-template <typename T, typename A, int R, bool HARD>
+template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     affine_backward_wavefront(const AffineBackwardArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
@@ -566,8 +269,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         if (c >= 0 && c < nc && r < mc) {
           const A up_a = k == 0 ? up_a0 : a1[k - 1];
           const A up_u = k == 0 ? up_u0 : u1[k - 1];
-          const A o = a.open.at(b, r, c);
-          const A e = a.extend.at(b, r, c);
+          const A o = a.open.template at<GAP_TENSOR>(b, r, c);
+          const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
           const A C = c0[k], U = u0[k], L = l0[k], D = d0[k];
           const Weights<A> wc = Cell::weights(C, D, U, L);       // p1 = D, p2 = U, p3 = L
           const PrimeWeights<A> wa = Aff::prime_weights(a0[k], D, L);  // p1 = D, p2 = L
@@ -635,90 +338,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-// --------------------------------------------------------------------------
-// Launchers
-// --------------------------------------------------------------------------
-
-template <typename T, typename A, int R, bool HARD>
-void launch_affine_forward(const AffineForwardArgs<T, A>& args, cudaStream_t stream) {
-  launch_persistent<affine_forward_wavefront<T, A, R, HARD>>(args, stream, "affine_forward_wavefront");
-}
-
-template <typename T, typename A, int R, bool HARD>
-void launch_affine_backward(const AffineBackwardArgs<T, A>& args, cudaStream_t stream) {
-  launch_persistent<affine_backward_wavefront<T, A, R, HARD>>(args, stream, "affine_backward_wavefront");
-}
-
-// f<R, HARD>() for the rows per thread of the problem (1 or kAffineRows<A>)
-// and its hardness.
-template <typename A, typename F>
-inline void dispatch_affine(int r, bool hard, F&& f) {
-  using One = std::integral_constant<int, 1>;
-  using Many = std::integral_constant<int, kAffineRows<A>>;
-  if (hard) {
-    if (r == 1) f(One{}, std::true_type{});
-    else f(Many{}, std::true_type{});
-  } else {
-    if (r == 1) f(One{}, std::false_type{});
-    else f(Many{}, std::false_type{});
-  }
-}
-
-template <typename T, typename A>
-GapReader<T, A> gap_reader(const GapScores& g, A scale) {
-  return {static_cast<const T*>(g.data), g.stride[0], g.stride[1], g.stride[2],
-          A(g.value * double(scale)), scale};
-}
-
 }  // namespace cuda
-
-int64_t affine_workspace_bytes(const Problem& problem) {
-  return cuda::affine_workspace_size(problem);
-}
-
-void affine_forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace,
-                         void* stream) {
-  using namespace cuda;
-  if (p.batch == 0) return;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const Workspace ws = carve_affine_workspace(p, workspace);
-  clear_affine_sync_state(p, ws, s);
-  clear_hidden_past_short_pairs(p, out.hidden, s);
-  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    using A = decltype(acc);
-    const bool hard = runs_hard(p);
-    const A scale = hard ? A(1) : A(kernel_scale(p));
-    AffineForwardArgs<T, A> args;
-    args.batch = p.batch;
-    args.rows = p.rows;
-    args.cols = p.cols;
-    args.nbands = affine_band_count(p);
-    args.scores = static_cast<const T*>(p.scores);
-    args.lengths = p.lengths;
-    args.open = gap_reader<T, A>(p.gap_open, scale);
-    args.extend = gap_reader<T, A>(p.gap_extend, scale);
-    args.scale = scale;
-    args.unscale = hard ? A(1) : A(p.temperature * kLn2);
-    args.soft_reduction = p.reduction == Reduction::Soft;
-    args.score = static_cast<T*>(out.score);
-    args.hidden = static_cast<A*>(out.hidden);
-    args.argmax = out.argmax;
-    args.total = static_cast<A*>(out.total);
-    args.ws = ws;
-    dispatch_affine<A>(affine_rows_per_thread(p), hard, [&](auto r, auto h) {
-      launch_affine_forward<T, A, decltype(r)::value, decltype(h)::value>(args, s);
-    });
-  });
-}
 
 void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace,
                           void* stream) {
   using namespace cuda;
   if (p.batch == 0 || p.rows == 0 || p.cols == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const Workspace ws = carve_affine_workspace(p, workspace);
-  clear_affine_sync_state(p, ws, s);
+  const Workspace ws = carve_workspace(p, workspace);
+  clear_sync_state(p, ws, s);
   const int64_t cells = p.batch * p.rows * p.cols;
   const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
@@ -739,7 +367,7 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
     k.batch = p.batch;
     k.rows = p.rows;
     k.cols = p.cols;
-    k.nbands = affine_band_count(p);
+    k.nbands = band_count(p);
     k.scores = static_cast<const T*>(p.scores);
     k.lengths = p.lengths;
     k.open = gap_reader<T, A>(p.gap_open, scale);
@@ -754,8 +382,9 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
     k.grad_open = static_cast<T*>(args.grad_gap_open);
     k.grad_extend = static_cast<T*>(args.grad_gap_extend);
     k.ws = ws;
-    dispatch_affine<A>(affine_rows_per_thread(p), hard, [&](auto r, auto h) {
-      launch_affine_backward<T, A, decltype(r)::value, decltype(h)::value>(k, s);
+    dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
+      launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
+          k, s, "affine_backward_wavefront");
     });
   });
 }

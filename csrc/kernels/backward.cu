@@ -335,8 +335,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.nbands = band_count(p);
     k.scores = static_cast<const T*>(p.scores);
     k.lengths = p.lengths;
-    k.gap = {static_cast<const T*>(p.gap_open.data), p.gap_open.stride[0], p.gap_open.stride[1],
-             p.gap_open.stride[2], A(p.gap_open.value * double(scale)), scale};
+    k.gap = gap_reader<T, A>(p.gap_open, scale);
     k.scale = scale;
     k.soft_reduction = p.reduction == Reduction::Soft;
     k.vector_ok = vector_access_ok(p, p.scores) && vector_access_ok(p, args.grad_scores);
@@ -347,7 +346,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.grad_scores = static_cast<T*>(args.grad_scores);
     k.grad_gap = static_cast<T*>(args.grad_gap_open);
     k.ws = ws;
-    dispatch_linear_variant(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
+    dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "backward_wavefront");
     });

@@ -517,8 +517,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     k.nbands = band_count(p);
     k.scores = static_cast<const T*>(p.scores);
     k.lengths = p.lengths;
-    k.gap = {static_cast<const T*>(p.gap_open.data), p.gap_open.stride[0], p.gap_open.stride[1],
-             p.gap_open.stride[2], A(p.gap_open.value * double(scale)), scale};
+    k.gap = gap_reader<T, A>(p.gap_open, scale);
     k.scale = scale;
     k.inv_t = A(hard ? 0.0 : 1.0 / p.temperature);
     k.soft_reduction = p.reduction == Reduction::Soft;

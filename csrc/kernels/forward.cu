@@ -1,15 +1,25 @@
-// Forward pass on CUDA: the linear-gap recurrence over a band wavefront
-// (wavefront.cuh), the max/argmax or soft total reduced in registers and with
-// warp shuffles, and optionally the per-cell state the backward reads.
+// Forward pass on CUDA, for linear and affine gaps: the recurrence over a band
+// wavefront (wavefront.cuh), the max/argmax or soft total reduced in registers
+// and with warp shuffles, and optionally the per-cell state the backward
+// passes read.
+//
+// One skeleton, two row types. What a gap model changes is what a row keeps
+// from its last cell, what it hands the row below, and what it saves:
+//  * LinearRow: H; hands H down; saves H (one plane).
+//  * AffineRow (SPEC.md §1, the nodes of recurrence.h's AffineCell): C, A, U,
+//    B, L; hands C, A, U down (the row below reads C on the diagonal one step
+//    later, A and U above); keeps B and L for its own next cell; saves the
+//    planes C, U, L, from which the affine backward recomputes D, A and B.
+// Between bands the same values travel as tagged words, column by column.
 //
 // A band runs in three phases: the fill (lanes starting one after another),
 // the middle (every cell of the step inside the pair) and the drain. The fill
 // and drain check every cell; the middle runs unchecked, and when rows are
 // 16-byte aligned and R = 4 its whole groups of 4 steps run as the bulk, where
 // each row's scores arrive as one 16-byte load per group (the position of each
-// element inside its vector is a compile-time constant) and each step's hidden
-// state leaves as one 16-byte store per lane. Scores are loaded a step (a
-// group) ahead and kept raw until used (load_raw in wavefront.cuh).
+// element inside its vector is a compile-time constant) and each step's saved
+// state leaves as one 16-byte store per lane and plane. Scores are loaded a
+// step (a group) ahead and kept raw until used (load_raw in wavefront.cuh).
 #include "affine.cuh"
 #include "wavefront.cuh"
 
@@ -21,7 +31,7 @@ struct ForwardArgs {
   int64_t batch, rows, cols, nbands;
   const T* scores;
   const int64_t* lengths;
-  GapReader<T, A> gap;
+  GapReader<T, A> open, extend;  // linear gaps read `open` only
   A scale;    // kernel units per caller unit
   A unscale;  // caller units per kernel unit
   bool soft_reduction;
@@ -33,15 +43,63 @@ struct ForwardArgs {
   Workspace ws;
 };
 
-template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
+// A row's values after its last cell, state[0] being the cell's total (H, C):
+// the value reduced, and the diagonal of the row below one step later.
+// The first kDown values are what the row below reads; plane p of the saved
+// state holds state[saved(p)].
+template <typename A, bool HARD, bool GAP_TENSOR>
+struct LinearRow {
+  static constexpr bool kHard = HARD;
+  static constexpr int kState = 1, kDown = 1, kPlanes = 1;
+  __device__ static constexpr int saved(int) { return 0; }
+  // Row 0's view of the row above it, and a row's state left of column 1.
+  __device__ static A top(int) { return A(0); }
+  __device__ static A left(int) { return A(0); }
+  template <typename Args>
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, A diag, A s,
+                              const A* up, A (&st)[kState]) {
+    const A g = a.open.template at<GAP_TENSOR>(b, r, c);
+    st[0] = LinearCell<A, HARD>::value(diag + s, up[0] + g, st[0] + g);
+  }
+};
+
+template <typename A, bool HARD, bool GAP_TENSOR>
+struct AffineRow {
+  enum { kC, kA, kU, kB, kL };
+  static constexpr bool kHard = HARD;
+  static constexpr int kState = 5, kDown = 3, kPlanes = 3;
+  __device__ static constexpr int saved(int p) { return p == 0 ? kC : p == 1 ? kU : kL; }
+  __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
+  __device__ static A left(int i) {
+    return i == kU || i == kL ? -std::numeric_limits<A>::infinity() : A(0);
+  }
+  template <typename Args>
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, A diag, A s,
+                              const A* up, A (&st)[kState]) {
+    using Aff = AffineCell<A, HARD>;
+    const A o = a.open.template at<GAP_TENSOR>(b, r, c);
+    const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
+    const A D = diag + s;
+    const A U = Aff::gap(up[kA] + o, up[kU] + e);
+    const A L = Aff::gap(st[kB] + o, st[kL] + e);
+    st[kC] = LinearCell<A, HARD>::value(D, U, L);
+    st[kA] = Aff::prime(D, L);
+    st[kU] = U;
+    st[kB] = Aff::prime(D, U);
+    st[kL] = L;
+  }
+};
+
+template <typename T, typename A, typename Row, int R>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     forward_wavefront(const ForwardArgs<T, A> a) {
-  using Cell = LinearCell<A, HARD>;
   constexpr int kBandRows = kWarp * R;
+  constexpr int kState = Row::kState, kDown = Row::kDown;
   const int lane = threadIdx.x & (kWarp - 1);
-  const bool soft_reduction = a.soft_reduction && !HARD;
+  const bool soft_reduction = a.soft_reduction && !Row::kHard;
   using Edge = TaggedEdge<A>;
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
+  const int64_t plane = a.rows * a.cols;  // one saved plane of a pair
 
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
@@ -65,9 +123,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
-    const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * Edge::kWords;
-    unsigned long long* edge_below = edges + unit_id * a.cols * Edge::kWords;
-    A* hidden = a.hidden ? a.hidden + b * a.rows * a.cols + int64_t(top) * n : nullptr;
+    // A column's edge: the kDown values of the band's last row, each a tagged word (or two).
+    constexpr int kEdgeWords = kDown * Edge::kWords;
+    const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * kEdgeWords;
+    unsigned long long* edge_below = edges + unit_id * a.cols * kEdgeWords;
+    A* hidden =
+        a.hidden ? a.hidden + b * Row::kPlanes * plane + int64_t(top) * n : nullptr;
 
     const int r0 = lane * R;  // first row of this lane, within the band
     const T* srow[R];         // this lane's rows of scores
@@ -75,45 +136,58 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       row_ok[k] = top + r0 + k < m;
-      srow[k] = a.scores + b * a.rows * a.cols + int64_t(top + r0 + k) * a.cols;
+      srow[k] = a.scores + b * plane + int64_t(top + r0 + k) * a.cols;
     }
 
-    A h[R], hp[R];  // each row's last two values (left, and diagonal of the row below)
-    A best[R];      // per-row running max, at step best_t
+    A st[R][kState];  // each row's state after its last cell
+    A hp[R];          // each row's total before that (the diagonal of the row below)
+    A best[R];        // per-row running max, at step best_t
     int best_t[R];
     SoftTotal<A> soft[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
-      h[k] = hp[k] = best[k] = A(0);
+#pragma unroll
+      for (int i = 0; i < kState; ++i) st[k][i] = Row::left(i);
+      hp[k] = best[k] = A(0);
       best_t[k] = -1;
     }
-    A up_prev = A(0);  // what row 0 received last step: its diagonal now
-    A edge_reg = A(0);
+    A up_prev = A(0);  // the total row 0 received last step: its diagonal now
+    A edge_reg[kDown];
+#pragma unroll
+    for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
     int slot = 0;      // t mod n: where this step's anti-diagonal is stored
 
     // One wavefront step; `s[k]` is row k's score in kernel units.
     auto step = [&](const int t, const A (&s)[R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
         const int c = t + lane;
-        edge_reg = c < n ? Edge::get(edge_above + int64_t(c) * Edge::kWords, c) : A(0);
+#pragma unroll
+        for (int i = 0; i < kDown; ++i)
+          edge_reg[i] = c < n ? Edge::get(edge_above + (int64_t(c) * kDown + i) * Edge::kWords, c)
+                              : Row::top(i);
       }
-      const A from_above = __shfl_sync(kFullMask, edge_reg, t & (kWarp - 1));
-      A up0 = __shfl_up_sync(kFullMask, h[R - 1], 1);
-      if (lane == 0) up0 = has_above ? from_above : A(0);
+      A up0[kDown];
+#pragma unroll
+      for (int i = 0; i < kDown; ++i) {
+        const A from_above = __shfl_sync(kFullMask, edge_reg[i], t & (kWarp - 1));
+        const A from_lane = __shfl_up_sync(kFullMask, st[R - 1][i], 1);
+        up0[i] = lane != 0 ? from_lane : has_above ? from_above : Row::top(i);
+      }
       const A diag0 = up_prev;
-      up_prev = up0;
+      up_prev = up0[0];
 
-      A nh[R];
+      A ns[R][kState];
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int c = t - r0 - k;
-        const A up = k == 0 ? up0 : h[k - 1];
+        const A* up = k == 0 ? up0 : st[k - 1];
         const A diag = k == 0 ? diag0 : hp[k - 1];
         const bool inside = !checked || (c >= 0 && c < n && row_ok[k]);
+#pragma unroll
+        for (int i = 0; i < kState; ++i) ns[k][i] = st[k][i];  // a row left of the pair keeps left()
         if (inside) {
-          const A g = a.gap.template at<GAP_TENSOR>(b, top + r0 + k, c);
-          const A v = Cell::value(diag + s[k], up + g, h[k] + g);
-          nh[k] = v;
+          Row::cell(a, b, top + r0 + k, c, diag, s[k], up, ns[k]);
+          const A v = ns[k][0];
           if (soft_reduction) {
             soft[k].add(v);
           } else {  // selects, not a branch: this runs for every cell
@@ -121,35 +195,44 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             best[k] = better ? v : best[k];
             best_t[k] = better ? t : best_t[k];
           }
-        } else {
-          nh[k] = c < 0 ? A(0) : h[k];
         }
       }
       if (hidden) {
-        A* at = hidden + int64_t(slot) * rows_here + r0;
-        if (!checked && R == 4 && a.vector_ok) {
-          if constexpr (R == 4) store4<A, A>(at, nh);
-        } else {
+#pragma unroll
+        for (int p = 0; p < Row::kPlanes; ++p) {
+          A* at = hidden + p * plane + int64_t(slot) * rows_here + r0;
+          if constexpr (R == 4) {
+            if (!checked && a.vector_ok) {
+              const A v[4] = {ns[0][Row::saved(p)], ns[1][Row::saved(p)], ns[2][Row::saved(p)],
+                              ns[3][Row::saved(p)]};
+              store4<A, A>(at, v);
+              continue;
+            }
+          }
 #pragma unroll
           for (int k = 0; k < R; ++k) {
             const int c = t - r0 - k;
-            if (c >= 0 && c < n && row_ok[k]) at[k] = nh[k];
+            if (c >= 0 && c < n && row_ok[k]) at[k] = ns[k][Row::saved(p)];
           }
         }
       }
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        hp[k] = h[k];
-        h[k] = nh[k];
+        hp[k] = st[k][0];
+#pragma unroll
+        for (int i = 0; i < kState; ++i) st[k][i] = ns[k][i];
       }
       // Hand the band's last row to the band below, 32 columns at a time.
       if (has_below && lane == kWarp - 1) {
         const int c = t - (kBandRows - 1);
-        if (c >= 0 && c < n) Edge::put(edge_below + int64_t(c) * Edge::kWords, h[R - 1], c);
+        if (c >= 0 && c < n) {
+#pragma unroll
+          for (int i = 0; i < kDown; ++i)
+            Edge::put(edge_below + (int64_t(c) * kDown + i) * Edge::kWords, st[R - 1][i], c);
+        }
       }
       if (++slot == n) slot = 0;
     };
-
     // Steps from..to-1, scores one step ahead so that the load's latency hides
     // behind a step. Unchecked (CHECKED false) only where every cell of every
     // lane is inside the pair.
@@ -304,13 +387,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
 }  // namespace cuda
 
-int64_t cuda_workspace_bytes(const Problem& problem) {
-  return problem.affine ? affine_workspace_bytes(problem) : cuda::workspace_bytes(problem);
-}
+int64_t cuda_workspace_bytes(const Problem& problem) { return cuda::workspace_bytes(problem); }
 
 void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, void* stream) {
   using namespace cuda;
-  if (p.affine) return affine_forward_cuda(p, out, workspace, stream);
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
@@ -328,9 +408,8 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     args.nbands = band_count(p);
     args.scores = static_cast<const T*>(p.scores);
     args.lengths = p.lengths;
-    args.gap = {static_cast<const T*>(p.gap_open.data), p.gap_open.stride[0],
-                p.gap_open.stride[1], p.gap_open.stride[2], A(p.gap_open.value * double(scale)),
-                scale};
+    args.open = gap_reader<T, A>(p.gap_open, scale);
+    args.extend = gap_reader<T, A>(p.gap_extend, scale);
     args.scale = scale;
     args.unscale = A(hard ? 1.0 : p.temperature * kLn2);
     args.soft_reduction = p.reduction == Reduction::Soft;
@@ -340,10 +419,17 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     args.ws = ws;
-    dispatch_linear_variant(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
-      launch_persistent<forward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
-          args, s, "forward_wavefront");
-    });
+    if (p.affine) {
+      dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
+        using Row = AffineRow<A, hard_c(), gap_tensor()>;
+        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine)");
+      });
+    } else {
+      dispatch_variant<A, false>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
+        using Row = LinearRow<A, hard_c(), gap_tensor()>;
+        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront");
+      });
+    }
   });
 }
 

@@ -180,20 +180,31 @@ struct GapReader {
 // Problem geometry
 // --------------------------------------------------------------------------
 
-// Rows per thread. A band takes n + 32R - 1 steps for n columns, so tall
-// bands waste the fill and drain on short targets; on long ones 4 rows per
-// thread give 4 independent cells per step (hiding the cell's latency) and
-// 16-byte loads and stores.
-// SOFTSW_ROWS_PER_LANE=1 or 4 forces either (for benchmarks of the choice).
+// Rows per lane of a tall band: 4, but 2 for affine gaps in double (the
+// affine backward keeps ~2.5x the linear state per row; 4 rows of doubles spill).
+template <typename A, bool AFFINE>
+constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
+
+// Rows per thread: 1 or the tall count. A band takes n + 32R - 1 steps for n
+// columns, so tall bands waste the fill and drain on short targets; on long
+// ones several rows per thread give independent cells per step (hiding the
+// cell's latency) and 16-byte loads and stores.
+// SOFTSW_ROWS_PER_LANE=1 or 4 forces either for linear gaps (for benchmarks of
+// the choice).
 inline int rows_per_thread(const Problem& p) {
+  // Measured on the H200: one row per lane (4x the warps) is faster for every
+  // inference shape, linear or affine.
+  if (!p.keeps_state) return 1;
+  if (p.affine) {
+    if (p.rows <= 32) return 1;
+    return accumulates_in_double(p.dtype) ? kTallRows<double, true> : kTallRows<float, true>;
+  }
   static const int forced = [] {
     const char* e = std::getenv("SOFTSW_ROWS_PER_LANE");
     return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 0;
   }();
   if (forced) return forced;
-  // Measured on the H200: one row per lane (4x the warps) is faster for every
-  // inference shape; with H stored, 4 rows per lane win from 512 columns on.
-  if (!p.keeps_state) return 1;
+  // With H stored, 4 rows per lane win from 512 columns on.
   return p.rows <= 32 || p.cols < 256 ? 1 : 4;
 }
 
@@ -226,7 +237,7 @@ __device__ __forceinline__ PairLengths pair_lengths(const int64_t* lengths, int6
 
 // --------------------------------------------------------------------------
 // Workspace: [ticket (16 B)] [flags: units x int32] [partials: units x 16 B]
-//            [edges: units x cols x accumulate type]
+//            [edges: units x cols x edge_values x 2 accumulate types]
 // --------------------------------------------------------------------------
 
 struct Partial {
@@ -257,12 +268,15 @@ inline Workspace carve_workspace(const Problem& p, void* base) {
   return w;
 }
 
+// Values a band hands the next per column: H, or the affine C, A and U.
+inline int64_t edge_values(const Problem& p) { return p.affine ? 3 : 1; }
+
 inline int64_t workspace_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  // Edges hold tagged words (TaggedEdge): twice the accumulate type per column.
+  // Edges hold tagged words (TaggedEdge): twice the accumulate type per value.
   return 16 + align16(units * int64_t(sizeof(int))) + align16(units * int64_t(sizeof(Partial))) +
-         align16(units * p.cols * acc * 2);
+         align16(units * p.cols * edge_values(p) * acc * 2);
 }
 
 // Double backward: the workspace above, then a second edge buffer (the
@@ -476,19 +490,26 @@ inline void launch_persistent(const Args& args, cudaStream_t stream, const char*
 }
 
 // Calls f(rows, hard, gap_tensor) with each a std::integral_constant: the
-// compile-time variants of a linear-gap wavefront kernel for problem `p`.
-template <typename F>
-inline void dispatch_linear_variant(const Problem& p, bool hard, F&& f) {
+// compile-time variants of a wavefront kernel (accumulate type A, affine or
+// linear gaps) for problem `p`.
+template <typename A, bool AFFINE, typename F>
+inline void dispatch_variant(const Problem& p, bool hard, F&& f) {
   auto with_r = [&](auto hard_c, auto gap_c) {
     if (rows_per_thread(p) == 1) f(std::integral_constant<int, 1>{}, hard_c, gap_c);
-    else f(std::integral_constant<int, 4>{}, hard_c, gap_c);
+    else f(std::integral_constant<int, kTallRows<A, AFFINE>>{}, hard_c, gap_c);
   };
   auto with_gap = [&](auto hard_c) {
-    if (p.gap_open.data) with_r(hard_c, std::true_type{});
+    if (p.gap_open.data || (AFFINE && p.gap_extend.data)) with_r(hard_c, std::true_type{});
     else with_r(hard_c, std::false_type{});
   };
   if (hard) with_gap(std::true_type{});
   else with_gap(std::false_type{});
+}
+
+template <typename T, typename A>
+GapReader<T, A> gap_reader(const GapScores& g, A scale) {
+  return {static_cast<const T*>(g.data), g.stride[0], g.stride[1], g.stride[2],
+          A(g.value * double(scale)), scale};
 }
 
 // Dispatch on the element type: f<scalar_t, acc_t>().
