@@ -68,6 +68,18 @@ SFU_OPS_PER_S = 132 * 16 * 1.98e9
 FLOOR_INFERENCE_CELLS = SFU_OPS_PER_S / 4  # 3 ex2 + 1 lg2 per cell
 HBM_BYTES_PER_S = 4.3e12                    # measured device-to-device copy, read + write
 FLOOR_TRAINING_CELLS = HBM_BYTES_PER_S / 20  # S, H written; S, H read, dS written (4 B each)
+# Affine gaps: 14 MUFU ops per cell (U, L: 2 each; A, B: 3 each; C: 4); a training step
+# writes 3 states, reads them back with S twice, writes dS: 36 B per cell.
+FLOOR_AFFINE_INFERENCE_CELLS = SFU_OPS_PER_S / 14
+FLOOR_AFFINE_TRAINING_CELLS = HBM_BYTES_PER_S / 36
+
+
+def floors(affine: bool):
+    """(inference cells/s at the SFU floor, training cells/s at the memory floor,
+    bytes per cell of that training step) on the H200, for fp32 scores and state."""
+    if affine:
+        return FLOOR_AFFINE_INFERENCE_CELLS, FLOOR_AFFINE_TRAINING_CELLS, 36
+    return FLOOR_INFERENCE_CELLS, FLOOR_TRAINING_CELLS, 20
 
 # Cost model of a baseline's call, t = a * diagonals + b * cells, fitted to the
 # last (largest) shape it ran; `a` (launch overhead per anti-diagonal) is capped
@@ -626,8 +638,8 @@ class Bench:
             "cpu_threads": torch.get_num_threads(),
             "gap_open": a.gap_open, "gap_extend": a.gap_extend, "temperature": a.temperature,
             "reduction": a.reduction, "dtype": a.dtype,
-            "floor_inference_gcells": FLOOR_INFERENCE_CELLS / 1e9,
-            "floor_training_gcells": FLOOR_TRAINING_CELLS / 1e9,
+            "floor_inference_gcells": floors(a.gap_extend is not None)[0] / 1e9,
+            "floor_training_gcells": floors(a.gap_extend is not None)[1] / 1e9,
         }
         try:
             import softsw
@@ -992,16 +1004,17 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
             f"{m}: {', '.join(sorted(why))}" for m, why in unsupported.items()))
     # Distance to the floor (GPU inference) and the issue's targets.
     sw = [r for r in rows if r.method == "softsw" and r.status == "ok"]
+    floor_inference, floor_training, bytes_per_cell = floors(meta.get("gap_extend") is not None)
     lines = []
     for r in sw:
         if r.device == "cuda" and r.mode == "inference" and r.gcells is not None:
             lines.append(f"  {r.shape:>15} inference {r.gcells:8.1f} G cells/s = "
-                         f"{100 * r.gcells * 1e9 / FLOOR_INFERENCE_CELLS:5.1f}% of the SFU floor "
-                         f"({FLOOR_INFERENCE_CELLS / 1e9:.0f} G cells/s)")
+                         f"{100 * r.gcells * 1e9 / floor_inference:5.1f}% of the SFU floor "
+                         f"({floor_inference / 1e9:.0f} G cells/s)")
         if r.device == "cuda" and r.mode == "training" and r.gcells is not None:
             lines.append(f"  {r.shape:>15} training  {r.gcells:8.1f} G cells/s = "
-                         f"{100 * r.gcells * 1e9 / FLOOR_TRAINING_CELLS:5.1f}% of the memory floor "
-                         f"({FLOOR_TRAINING_CELLS / 1e9:.0f} G cells/s at 20 B/cell)")
+                         f"{100 * r.gcells * 1e9 / floor_training:5.1f}% of the memory floor "
+                         f"({floor_training / 1e9:.0f} G cells/s at {bytes_per_cell} B/cell)")
         if r.mode.startswith("latency"):
             lines.append(f"  {r.shape:>15} {r.mode}: {_fmt_time(r.median_s)} (events), "
                          f"wall {_fmt_time(r.wall_s)}, back-to-back {_fmt_time(r.b2b_s)}")
