@@ -299,30 +299,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> double_backward(
     double gap_extend_value, bool affine, double temperature, OptTensor lengths,
     int64_t reduction, Tensor hidden, Tensor argmax, Tensor total) {
   check_device_supported(scores);
-#ifdef SOFTSW_WITH_CUDA
-  if (scores.is_cuda() && affine) {
-    // No CUDA kernel for the affine Hessian-vector product yet: recompute the
-    // forward on the CPU (the backends' saved states differ) and run the CPU
-    // pass there. Correct, but it synchronises with the host, so it cannot be
-    // captured in a CUDA graph.
-    const torch::stable::Device cpu(torch::headeronly::DeviceType::CPU);
-    auto to_cpu = [&](const OptTensor& t) -> OptTensor {
-      return t ? OptTensor(torch::stable::to(*t, cpu)) : std::nullopt;
-    };
-    const Tensor s_cpu = torch::stable::to(scores, cpu);
-    const OptTensor o_cpu = to_cpu(gap_open), e_cpu = to_cpu(gap_extend), l_cpu = to_cpu(lengths);
-    auto [score_c, hidden_c, argmax_c, total_c] =
-        forward(s_cpu, o_cpu, e_cpu, gap_open_value, gap_extend_value, affine, temperature, l_cpu,
-                reduction, true);
-    auto [ggs, hs, ho, he] = double_backward(
-        to_cpu(dir_scores), to_cpu(dir_gap_open), to_cpu(dir_gap_extend),
-        torch::stable::to(grad_score, cpu), s_cpu, o_cpu, e_cpu, gap_open_value,
-        gap_extend_value, affine, temperature, l_cpu, reduction, hidden_c, argmax_c, total_c);
-    const torch::stable::Device dev = scores.device();
-    return {torch::stable::to(ggs, dev), torch::stable::to(hs, dev), torch::stable::to(ho, dev),
-            torch::stable::to(he, dev)};
-  }
-#endif
   ProblemArgs args = make_problem(scores, gap_open, gap_extend, gap_open_value,
                                   gap_extend_value, affine, temperature, lengths, reduction);
   const Problem& p = args.problem;

@@ -12,6 +12,7 @@ One line per case with its max errors (normalised by max(1, max |reference|)),
 then "ALL OK" or "FAILURES". Not the test suite.
 
     python dev/check_double_backward.py            # on the GPU
+    python dev/check_double_backward.py --affine   # affine gaps (extend -0.25, or a tensor)
     python dev/check_double_backward.py --device cpu   # dry run of the script (CPU vs CPU)
 """
 import argparse
@@ -23,6 +24,7 @@ import softsw
 
 RED = {"max": 0, "soft": 1}
 ok_all = True
+AFFINE = False  # --affine: gap_extend as well (a float, or a tensor of the open gap's kind)
 
 
 def report(ok, line):
@@ -31,27 +33,35 @@ def report(ok, line):
     print(f"{'ok ' if ok else 'BAD'} {line}", flush=True)
 
 
-def run_ops(device, dtype, S, gap, T, lengths, red, W, Wg, gs):
+def gap_arg(gap, Wg, device, dtype):
+    """(tensor or None, float value, direction or None) of one gap score."""
+    if not isinstance(gap, torch.Tensor):
+        return None, float(gap), None
+    gap_t = gap.to(device, dtype)
+    # keep broadcast strides if the caller passed an expanded view
+    if gap.stride() != gap.contiguous().stride():
+        base = gap[:, : (1 if gap.stride(1) == 0 else None), : (1 if gap.stride(2) == 0 else None)]
+        gap_t = base.to(device, dtype).expand(gap.shape)
+    return gap_t, 0.0, Wg.to(device, dtype).contiguous()
+
+
+def run_ops(device, dtype, S, gap, T, lengths, red, W, Wg, gs, ext=None, We=None):
     """forward + double_backward through the raw ops on `device` in `dtype`.
-    `gap`: float, or a (B, M, N) tensor (possibly an expanded view)."""
+    `gap` (and the affine `ext`): float, or a (B, M, N) tensor (possibly an
+    expanded view)."""
     scores = S.to(device, dtype)
-    if isinstance(gap, torch.Tensor):
-        gap_t, gap_v = gap.to(device, dtype), 0.0
-        # keep broadcast strides if the caller passed an expanded view
-        if gap.stride() != gap.contiguous().stride():
-            base = gap[:, : (1 if gap.stride(1) == 0 else None), : (1 if gap.stride(2) == 0 else None)]
-            gap_t = base.to(device, dtype).expand(gap.shape)
-        dir_gap = Wg.to(device, dtype).contiguous()
-    else:
-        gap_t, gap_v, dir_gap = None, float(gap), None
+    gap_t, gap_v, dir_gap = gap_arg(gap, Wg, device, dtype)
+    affine = ext is not None
+    ext_t, ext_v, dir_ext = gap_arg(ext, We, device, dtype) if affine else (None, gap_v, None)
     L = None if lengths is None else lengths.to(device)
     score, hidden, argmax, total = torch.ops.softsw.forward(
-        scores, gap_t, None, gap_v, gap_v, False, T, L, RED[red], True)
-    ggs, h_s, h_o, _ = torch.ops.softsw.double_backward(
-        None if W is None else W.to(device, dtype).contiguous(), dir_gap, None,
-        gs.to(device, dtype), scores, gap_t, None, gap_v, gap_v, False, T, L, RED[red],
+        scores, gap_t, ext_t, gap_v, ext_v, affine, T, L, RED[red], True)
+    ggs, h_s, h_o, h_e = torch.ops.softsw.double_backward(
+        None if W is None else W.to(device, dtype).contiguous(), dir_gap, dir_ext,
+        gs.to(device, dtype), scores, gap_t, ext_t, gap_v, ext_v, affine, T, L, RED[red],
         hidden, argmax, total)
-    return ggs, h_s, (h_o if gap_t is not None else None)
+    return (ggs, h_s, (h_o if gap_t is not None else None),
+            (h_e if ext_t is not None else None))
 
 
 def err(x, ref):
@@ -87,23 +97,35 @@ def op_case(device, B, M, N, T, red, gap_kind, use_lengths, dtype, g, tol):
         gap = -0.6 + 0.3 * torch.randn(B, M, N, generator=g, dtype=torch.float64)
     else:  # (B, 1, N) broadcast, passed as an expanded (stride 0) view
         gap = (-0.6 + 0.3 * torch.randn(B, 1, N, generator=g, dtype=torch.float64)).expand(B, M, N)
+    ext = None
+    if AFFINE:
+        if gap_kind == "float":
+            ext = -0.25
+        elif gap_kind == "full":
+            ext = -0.25 + 0.1 * torch.randn(B, M, N, generator=g, dtype=torch.float64)
+        else:
+            ext = (-0.25 + 0.1 * torch.randn(B, 1, N, generator=g, dtype=torch.float64)).expand(B, M, N)
     W = torch.randn(B, M, N, generator=g, dtype=torch.float64)
     Wg = torch.randn(B, M, N, generator=g, dtype=torch.float64)
+    We = torch.randn(B, M, N, generator=g, dtype=torch.float64)
     gs = torch.randn(B, generator=g, dtype=torch.float64)
     L = random_lengths(B, M, N, g) if use_lengths else None
     # The reference sees the inputs rounded to `dtype`.
     rnd = lambda t: t if not isinstance(t, torch.Tensor) else t.to(dtype).double()
-    Sr, gapr, Wr, Wgr, gsr = rnd(S), rnd(gap), rnd(W), rnd(Wg), rnd(gs)
+    Sr, gapr, extr, Wr, Wgr, Wer, gsr = rnd(S), rnd(gap), rnd(ext), rnd(W), rnd(Wg), rnd(We), rnd(gs)
     if isinstance(gap, torch.Tensor) and gap_kind == "bcast":
         gapr = rnd(gap[:, :1, :]).expand(B, M, N)
-    ref = run_ops("cpu", torch.float64, Sr, gapr, T, L, red, Wr, Wgr, gsr)
-    out = run_ops(device, dtype, Sr, gapr, T, L, red, Wr, Wgr, gsr)
+        if AFFINE:
+            extr = rnd(ext[:, :1, :]).expand(B, M, N)
+    ref = run_ops("cpu", torch.float64, Sr, gapr, T, L, red, Wr, Wgr, gsr, extr, Wer)
+    out = run_ops(device, dtype, Sr, gapr, T, L, red, Wr, Wgr, gsr, extr, Wer)
     e = [err(o, r) for o, r in zip(out, ref)]
     ok = all(x <= tol for x in e)
     line = (f"ops {str(dtype)[6:]:8s} B={B} M={M} N={N} T={T} red={red} gap={gap_kind} "
-            f"len={use_lengths}: ggs {e[0]:.2e} hvp_S {e[1]:.2e} hvp_gap {e[2]:.2e}")
+            f"len={use_lengths}: ggs {e[0]:.2e} hvp_S {e[1]:.2e} hvp_gap {e[2]:.2e}"
+            + (f" hvp_ext {e[3]:.2e}" if AFFINE else ""))
     if dtype == torch.float64 and device != "cpu":
-        again = run_ops(device, dtype, Sr, gapr, T, L, red, Wr, Wgr, gsr)
+        again = run_ops(device, dtype, Sr, gapr, T, L, red, Wr, Wgr, gsr, extr, Wer)
         same = all((a is None and b is None) or torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
                    for a, b in zip(out, again))
         ok &= same
@@ -119,9 +141,11 @@ def invalid_lengths_case(device, g):
     Wg = torch.randn(B, M, N, generator=g, dtype=torch.float64)
     gs = torch.randn(B, generator=g, dtype=torch.float64)
     L = torch.tensor([[M + 1, N], [20, 10], [0, 5]])
+    ext = -0.2 + 0.1 * torch.randn(B, M, N, generator=g, dtype=torch.float64) if AFFINE else None
+    We = torch.randn(B, M, N, generator=g, dtype=torch.float64)
     for T, red in ((1.0, "soft"), (0.0, "max")):
-        ref = run_ops("cpu", torch.float64, S, gap, T, L, red, W, Wg, gs)
-        out = run_ops(device, torch.float64, S, gap, T, L, red, W, Wg, gs)
+        ref = run_ops("cpu", torch.float64, S, gap, T, L, red, W, Wg, gs, ext, We)
+        out = run_ops(device, torch.float64, S, gap, T, L, red, W, Wg, gs, ext, We)
         e = [err(o, r) for o, r in zip(out, ref)]
         nan_ok = bool(torch.isnan(out[0][0]).item()) and bool(torch.isnan(out[1][0]).all().item())
         rest_ok = not torch.isnan(out[0][1:]).any().item() and not torch.isnan(out[1][1:]).any().item()
@@ -140,7 +164,8 @@ def ggcheck_case(device, B, M, N, T, red, gap_tensor, use_lengths, g):
     L = random_lengths(B, M, N, g).to(device) if (use_lengths and B is not None) else None
 
     def f(s, gap=None):
-        return softsw.align(s, -0.6 if gap is None else gap, T, lengths=L, reduction=red)
+        return softsw.align(s, -0.6 if gap is None else gap, T, lengths=L, reduction=red,
+                            gap_extend=(gap * 0.4 if gap is not None else -0.25) if AFFINE else None)
 
     numel = sum(x.numel() for x in inputs)
     fast = numel > 200
@@ -159,7 +184,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="fewer cases")
+    ap.add_argument("--affine", action="store_true", help="affine gaps")
     args = ap.parse_args()
+    global AFFINE
+    AFFINE = args.affine
     device = args.device
     g = torch.Generator().manual_seed(0)
 

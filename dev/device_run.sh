@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  info  check  double  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   build  info  check  double  double_affine  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -26,6 +26,9 @@ for stage in "$@"; do
     double)
       (cd /tmp && timeout 100 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
       say "double: $(tail -1 $OUT/double.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double.log | head -5 ;;
+    double_affine)
+      (cd /tmp && timeout ${DOUBLE_TIMEOUT:-150} python3 $REPO/dev/check_double_backward.py --affine ${DOUBLE_ARGS:---quick}) > $OUT/double_affine.log 2>&1
+      say "double_affine: $(tail -1 $OUT/double_affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double_affine.log | head -8 ;;
     affine)
       (cd /tmp && timeout 100 python3 $REPO/dev/check_affine.py --quick) > $OUT/affine.log 2>&1
       say "affine: $(tail -1 $OUT/affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/affine.log | head -5 ;;

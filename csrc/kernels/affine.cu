@@ -54,18 +54,34 @@ struct AffineBackwardArgs {
   const A* hidden;
   const int64_t* argmax;
   const A* total;
-  T* grad_scores;
-  T* grad_open;    // or nullptr
-  T* grad_extend;  // or nullptr
+  T* grad_scores;  // TAN: hvp_scores
+  T* grad_open;    // or nullptr; TAN: hvp_gap_open
+  T* grad_extend;  // or nullptr; TAN: hvp_gap_extend
   Workspace ws;
+  // The reverse pass of the double backward (TAN) only.
+  const T* dir_scores = nullptr;  // the direction W, (B, M, N) contiguous, or nullptr (zero)
+  const T* dir_open = nullptr;
+  const T* dir_extend = nullptr;
+  const A* hdot = nullptr;   // the tangent pass's planes Cd, Ud, Ld, Ad, Bd (hidden's layout)
+  const A* sdot = nullptr;   // (B,) tangent of the soft seed's total, caller units
+  A inv_t = A(0);            // 1 / T in caller units
+  T* grad_grad_score = nullptr;
 };
 
-template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
+// TAN: the reverse pass of the double backward (MATH.md, cpu.cpp's
+// reverse_affine<TAN>): with the adjoint E also its tangent Edot (unless
+// HARD, where the Hessian is zero and the outputs stay cleared), writing the
+// Hessian-vector product instead of the gradient, and grad_grad_score =
+// <W, d score / d inputs> per pair.
+template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR, bool TAN = false>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     affine_backward_wavefront(const AffineBackwardArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
   using Aff = AffineCell<A, HARD>;
   constexpr int kBandRows = kWarp * R;
+  constexpr bool kTangent = TAN && !HARD;
+  // Edge planes per band: the C, A, U contributions (and with kTangent their tangents).
+  constexpr int kEdgePlanes = kTangent ? 6 : 3;
   const A kNegInf = neg_inf<A>();
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !HARD;
@@ -104,10 +120,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
           if (a.grad_extend) a.grad_extend[pair_offset + e] = store_as<T>(quiet_nan<A>());
         }
+        if (TAN && lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
       }
       continue;
     }
     const int64_t top = band * kBandRows;
+    if (TAN && band == 0 && lane == 0 && (mc == 0 || nc == 0))
+      a.grad_grad_score[b] = store_as<T>(A(0));
     if (mc == 0 || nc == 0 || top >= mc) continue;  // outputs were cleared
     // Rows this unit computes, and rows of this band in `hidden` (the forward's).
     const int rows_here = static_cast<int>(mc - top < kBandRows ? mc - top : kBandRows);
@@ -115,14 +134,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < mc;
     const int64_t unit_id = b * a.nbands + band;
-    const A* edge_below = edges + (unit_id + 1) * 3 * a.cols;
-    A* edge_above = edges + unit_id * 3 * a.cols;
+    const A* edge_below = edges + (unit_id + 1) * kEdgePlanes * a.cols;
+    A* edge_above = edges + unit_id * kEdgePlanes * a.cols;
     const T* S = a.scores + pair_offset;
     const A* hid = a.hidden + b * 3 * plane;
     const A* hidden = hid + top * n;  // C plane of this band; U at + plane, L at + 2 * plane
     const A* hidden_above = hid + (top - kBandRows) * n;  // the band above (full height)
     const A g_out = load_as<A>(a.grad_score + b);
     const PairTotal<A> total = PairTotal<A>::load(a.total, b);
+    // Tangent planes of this band and of the band above (plane p at + p * plane).
+    const A* hdot = kTangent ? a.hdot + b * 5 * plane + top * n : nullptr;
+    const A* hdot_above = kTangent ? a.hdot + b * 5 * plane + (top - kBandRows) * n : nullptr;
+    const A sdot = kTangent && soft_reduction ? a.sdot[b] : A(0);
+    const A inv_t = a.inv_t;
+    auto dir_at = [&](const T* d, int64_t r, int64_t c) {
+      return d ? load_as<A>(d + pair_offset + r * a.cols + c) : A(0);
+    };
+    A gg = A(0);  // TAN: this thread's share of <W, d score / d inputs>
 
     const int r0 = lane * R;
     const int lanes_active = (rows_here + R - 1) / R;
@@ -152,6 +180,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     auto above_at = [&](int64_t p, int row, int64_t col) {
       return __ldg(hidden_above + p * plane + ((row + col) % n) * kBandRows + row);
     };
+    auto above_dot_at = [&](int64_t p, int64_t col) {
+      const int row = kBandRows - 1;
+      return __ldg(hdot_above + p * plane + ((row + col) % n) * kBandRows + row);
+    };
 
     // Saved C of this lane's rows on anti-diagonals t, t-1, t-2, t-3; U and L
     // on t and t-1; the scores on t-1.
@@ -162,6 +194,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     // Adjoint contributions this lane's rows made on the last steps: to C
     // (from D) on the last two, to A and U (from U), to B and L (from L).
     A mD[R], mDp[R], mA[R], mU[R], mB[R], mL[R];
+    // kTangent: the tangent planes (0 Cd, 1 Ud, 2 Ld, 3 Ad, 4 Bd) of this
+    // lane's rows on anti-diagonals t (td0) and t-1 (td1), Cd on t-2 (cd2);
+    // and the tangents of the contributions above (q*).
+    A td0[5][R], td1[5][R], cd2[R];
+    A qD[R], qDp[R], qA[R], qU[R], qB[R], qL[R];
     // The loop starts one step past the last anti-diagonal (every cell
     // outside) so that D, A, B of anti-diagonal steps-1 get computed.
     load_diagonal(hidden, steps, slot_of(steps), A(0), c0);
@@ -172,22 +209,35 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     load_diagonal(hidden + plane, steps - 1, slot_of(steps - 1), kNegInf, u1);
     load_diagonal(hidden + 2 * plane, steps, slot_of(steps), kNegInf, l0);
     load_diagonal(hidden + 2 * plane, steps - 1, slot_of(steps - 1), kNegInf, l1);
-    // Slots of anti-diagonals t-4 and t-2 (the loads at the end of step t),
+    // Slots of anti-diagonals t-4, t-3 and t-2 (the loads at the end of step t),
     // stepped down with t; meaningless once the diagonal is negative (no
     // cell of it is then inside).
-    int64_t slot4 = slot_of(steps - 4), slot2 = slot_of(steps - 2);
+    int64_t slot4 = slot_of(steps - 4), slot3 = slot_of(steps - 3), slot2 = slot_of(steps - 2);
     load_scores(steps - 1, s1);
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       d0[k] = d1[k] = kNegInf;
       a0[k] = b0[k] = a1[k] = b1[k] = A(0);
       mD[k] = mDp[k] = mA[k] = mU[k] = mB[k] = mL[k] = A(0);
+      qD[k] = qDp[k] = qA[k] = qU[k] = qB[k] = qL[k] = A(0);
+    }
+    if constexpr (kTangent) {
+#pragma unroll
+      for (int p = 0; p < 5; ++p) {
+        load_diagonal(hdot + p * plane, steps, slot_of(steps), A(0), td0[p]);
+        load_diagonal(hdot + p * plane, steps - 1, slot_of(steps - 1), A(0), td1[p]);
+      }
+      load_diagonal(hdot, steps - 2, slot_of(steps - 2), A(0), cd2);
     }
     // The row above the band, for lane 0, per column cc of a 32-column chunk:
     // C of (top-1, cc-2), A and U of (top-1, cc).
     A above_c = A(0), above_a = A(0), above_u = kNegInf;
     // Contributions of the band below to the band's last row (lane 31's chunk).
     A below_c = A(0), below_a = A(0), below_u = A(0);
+    // kTangent: the same for the tangents: Cd of (top-1, cc-1), Ad and Ud of
+    // (top-1, cc); the tangent contributions of the band below.
+    A above_cd = A(0), above_ad = A(0), above_ud = A(0);
+    A below_cd = A(0), below_ad = A(0), below_ud = A(0);
 
     for (int64_t t = steps; t >= 0; --t) {
       if (has_above && t <= nc && ((t & (kWarp - 1)) == kWarp - 1 || t == nc)) {
@@ -202,6 +252,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         } else {
           above_a = A(0);
         }
+        if constexpr (kTangent) {
+          above_cd = (cc >= 1 && cc - 1 < n) ? above_dot_at(0, cc - 1) : A(0);
+          above_ud = cc < n ? above_dot_at(1, cc) : A(0);
+          above_ad = cc < n ? above_dot_at(3, cc) : A(0);
+        }
       }
       // Contributions of the band below, for lane 31's last row.
       const int64_t c_last = t - (kBandRows - 1);
@@ -213,6 +268,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         below_c = in ? __ldcg(edge_below + base + lane) : A(0);
         below_a = in ? __ldcg(edge_below + a.cols + base + lane) : A(0);
         below_u = in ? __ldcg(edge_below + 2 * a.cols + base + lane) : A(0);
+        if constexpr (kTangent) {
+          below_cd = in ? __ldcg(edge_below + 3 * a.cols + base + lane) : A(0);
+          below_ad = in ? __ldcg(edge_below + 4 * a.cols + base + lane) : A(0);
+          below_ud = in ? __ldcg(edge_below + 5 * a.cols + base + lane) : A(0);
+        }
       }
       const int src = static_cast<int>(t & (kWarp - 1));
 
@@ -259,13 +319,43 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         down_a = has_below ? chunk_ba : A(0);
         down_u = has_below ? chunk_bu : A(0);
       }
+      // kTangent: the same exchanges for the tangents: Cd of the row above on
+      // t-2, Ad and Ud on t-1; the row below's tangent contributions.
+      A up_cd0 = A(0), up_ad0 = A(0), up_ud0 = A(0);
+      A down_dd = A(0), down_ad = A(0), down_ud = A(0);
+      if constexpr (kTangent) {
+        up_cd0 = __shfl_up_sync(kFullMask, cd2[R - 1], 1);
+        up_ad0 = __shfl_up_sync(kFullMask, td1[3][R - 1], 1);
+        up_ud0 = __shfl_up_sync(kFullMask, td1[1][R - 1], 1);
+        const A chunk_cd = __shfl_sync(kFullMask, above_cd, src);
+        const A chunk_ad = __shfl_sync(kFullMask, above_ad, src);
+        const A chunk_ud = __shfl_sync(kFullMask, above_ud, src);
+        if (lane == 0) {
+          up_cd0 = has_above ? chunk_cd : A(0);
+          up_ad0 = has_above ? chunk_ad : A(0);
+          up_ud0 = has_above ? chunk_ud : A(0);
+        }
+        down_dd = __shfl_down_sync(kFullMask, qDp[0], 1);
+        down_ad = __shfl_down_sync(kFullMask, qA[0], 1);
+        down_ud = __shfl_down_sync(kFullMask, qU[0], 1);
+        const A chunk_bcd = __shfl_sync(kFullMask, below_cd, src_below);
+        const A chunk_bad = __shfl_sync(kFullMask, below_ad, src_below);
+        const A chunk_bud = __shfl_sync(kFullMask, below_ud, src_below);
+        if (lane == kWarp - 1) {
+          down_dd = has_below ? chunk_bcd : A(0);
+          down_ad = has_below ? chunk_bad : A(0);
+          down_ud = has_below ? chunk_bud : A(0);
+        }
+      }
 
       A nD[R], nA[R], nU[R], nB[R], nL[R];
+      A nDd[R], nAd[R], nUd[R], nBd[R], nLd[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int64_t c = t - r0 - k;
         const int64_t r = top + r0 + k;
         nD[k] = nA[k] = nU[k] = nB[k] = nL[k] = A(0);
+        nDd[k] = nAd[k] = nUd[k] = nBd[k] = nLd[k] = A(0);
         if (c >= 0 && c < nc && r < mc) {
           const A up_a = k == 0 ? up_a0 : a1[k - 1];
           const A up_u = k == 0 ? up_u0 : u1[k - 1];
@@ -291,22 +381,67 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           nB[k] = EL * wl.open;
           nL[k] = EL * wl.extend;
           const int64_t at = pair_offset + r * a.cols + c;
-          a.grad_scores[at] = store_as<T>(ED * g_out);
-          if (a.grad_open) a.grad_open[at] = store_as<T>((nA[k] + nB[k]) * g_out);
-          if (a.grad_extend) a.grad_extend[at] = store_as<T>((nU[k] + nL[k]) * g_out);
+          if constexpr (!TAN) {
+            a.grad_scores[at] = store_as<T>(ED * g_out);
+            if (a.grad_open) a.grad_open[at] = store_as<T>((nA[k] + nB[k]) * g_out);
+            if (a.grad_extend) a.grad_extend[at] = store_as<T>((nU[k] + nL[k]) * g_out);
+          } else {
+            const A dS = dir_at(a.dir_scores, r, c);
+            const A dO = dir_at(a.dir_open, r, c);
+            const A dE = dir_at(a.dir_extend, r, c);
+            gg += dS * ED + dO * (nA[k] + nB[k]) + dE * (nU[k] + nL[k]);
+            if constexpr (kTangent) {
+              // Tangents of the nodes, and pdot = p (input tangent - node tangent) / T.
+              const A Cd = td0[0][k], Ud = td0[1][k], Ld = td0[2][k];
+              const A Ad = td0[3][k], Bd = td0[4][k];
+              const A Dd = (k == 0 ? up_cd0 : cd2[k - 1]) + dS;
+              const A ad_up = k == 0 ? up_ad0 : td1[3][k - 1];
+              const A ud_up = k == 0 ? up_ud0 : td1[1][k - 1];
+              const A c1 = wc.p1 * (Dd - Cd) * inv_t, c2 = wc.p2 * (Ud - Cd) * inv_t,
+                      c3 = wc.p3 * (Ld - Cd) * inv_t;
+              const A a1d = wa.p1 * (Dd - Ad) * inv_t, a2d = wa.p2 * (Ld - Ad) * inv_t;
+              const A b1d = wb.p1 * (Dd - Bd) * inv_t, b2d = wb.p2 * (Ud - Bd) * inv_t;
+              const A uo = wu.open * (ad_up + dO - Ud) * inv_t;
+              const A ue = wu.extend * (ud_up + dE - Ud) * inv_t;
+              const A lo = wl.open * (td1[4][k] + dO - Ld) * inv_t;
+              const A le = wl.extend * (td1[2][k] + dE - Ld) * inv_t;
+              const A seed_d = soft_reduction ? seed * (Cd - sdot) * inv_t : A(0);
+              const A ECd = seed_d + (k == R - 1 ? down_dd : qDp[k + 1]);
+              const A EAd = k == R - 1 ? down_ad : qA[k + 1];
+              const A EBd = qB[k];
+              const A EUd = (k == R - 1 ? down_ud : qU[k + 1]) + ECd * wc.p2 + EC * c2 +
+                            EBd * wb.p2 + EB * b2d;
+              const A ELd = qL[k] + ECd * wc.p3 + EC * c3 + EAd * wa.p2 + EA * a2d;
+              const A EDd = ECd * wc.p1 + EC * c1 + EAd * wa.p1 + EA * a1d + EBd * wb.p1 + EB * b1d;
+              nDd[k] = EDd;
+              nAd[k] = EUd * wu.open + EU * uo;
+              nUd[k] = EUd * wu.extend + EU * ue;
+              nBd[k] = ELd * wl.open + EL * lo;
+              nLd[k] = ELd * wl.extend + EL * le;
+              a.grad_scores[at] = store_as<T>(EDd * g_out);
+              if (a.grad_open) a.grad_open[at] = store_as<T>((nAd[k] + nBd[k]) * g_out);
+              if (a.grad_extend) a.grad_extend[at] = store_as<T>((nUd[k] + nLd[k]) * g_out);
+            }
+          }
         }
       }
 
       // Lane 0's first row is the band's top row: hand its contributions to
       // the row above up (to C of (top-1, t) from D of (top, t+1), last step;
       // to A and U of (top-1, t) from U of (top, t)).
+      // The flag for the last columns (nc) is released after the loop.
       if (has_above && lane == 0 && t < nc) {
         edge_above[t] = mD[0];
         edge_above[a.cols + t] = nA[0];
         edge_above[2 * a.cols + t] = nU[0];
+        if constexpr (kTangent) {
+          edge_above[3 * a.cols + t] = qD[0];
+          edge_above[4 * a.cols + t] = nAd[0];
+          edge_above[5 * a.cols + t] = nUd[0];
+        }
         const int64_t done = nc - t;
-        if ((done & (kWarp - 1)) == 0 || t == 0)
-          store_release(a.ws.flags + unit_id, static_cast<int>(t == 0 ? nc : done));
+        if ((done & (kWarp - 1)) == 0 && t > 0)
+          store_release(a.ws.flags + unit_id, static_cast<int>(done));
       }
 
 #pragma unroll
@@ -325,16 +460,117 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         d0[k] = d1[k];
         a0[k] = a1[k];
         b0[k] = b1[k];
+        if constexpr (kTangent) {
+          qDp[k] = qD[k];
+          qD[k] = nDd[k];
+          qA[k] = nAd[k];
+          qU[k] = nUd[k];
+          qB[k] = nBd[k];
+          qL[k] = nLd[k];
+#pragma unroll
+          for (int p = 0; p < 5; ++p) td0[p][k] = td1[p][k];
+          td1[0][k] = cd2[k];
+        }
       }
       if (t > 0) {
         load_diagonal(hidden, t - 4, slot4, A(0), c3);
         load_diagonal(hidden + plane, t - 2, slot2, kNegInf, u1);
         load_diagonal(hidden + 2 * plane, t - 2, slot2, kNegInf, l1);
         load_scores(t - 2, s1);
+        if constexpr (kTangent) {
+#pragma unroll
+          for (int p = 1; p < 5; ++p) load_diagonal(hdot + p * plane, t - 2, slot2, A(0), td1[p]);
+          load_diagonal(hdot, t - 3, slot3, A(0), cd2);
+        }
       }
       slot4 = slot4 == 0 ? n - 1 : slot4 - 1;
+      slot3 = slot3 == 0 ? n - 1 : slot3 - 1;
       slot2 = slot2 == 0 ? n - 1 : slot2 - 1;
     }
+
+    // The band's last flag; with TAN first its share of <W, A>. The pair's
+    // top band (the last to finish) merges the shares in band order: every
+    // band below has published its share by the time the top band has waited
+    // for the first columns of the band below it.
+    if constexpr (TAN) gg = warp_sum(gg);
+    if (has_above && lane == 0) {
+      if constexpr (TAN) __stcg(&a.ws.partials[unit_id].a, double(gg));
+      store_release(a.ws.flags + unit_id, static_cast<int>(nc));
+    }
+    if constexpr (TAN) {
+      if (!has_above && lane == 0) {
+        const int64_t last = (mc - 1) / kBandRows;  // the region's bottom band
+        A acc = A(0);
+        for (int64_t k = 0; k <= last; ++k)
+          acc += k == 0 ? gg : A(__ldcg(&a.ws.partials[unit_id + k].a));
+        a.grad_grad_score[b] = store_as<T>(acc);
+      }
+    }
+  }
+}
+
+// The arguments both reverse passes share (TAN fields left at their defaults).
+template <typename T, typename A>
+AffineBackwardArgs<T, A> reverse_args(const Problem& p, const ForwardState& state,
+                                      const void* grad_score, const Workspace& ws) {
+  const A scale = A(kernel_scale(p));
+  AffineBackwardArgs<T, A> k;
+  k.batch = p.batch;
+  k.rows = p.rows;
+  k.cols = p.cols;
+  k.nbands = band_count(p);
+  k.scores = static_cast<const T*>(p.scores);
+  k.lengths = p.lengths;
+  k.open = gap_reader<T, A>(p.gap_open, scale);
+  k.extend = gap_reader<T, A>(p.gap_extend, scale);
+  k.scale = scale;
+  k.soft_reduction = p.reduction == Reduction::Soft;
+  k.grad_score = static_cast<const T*>(grad_score);
+  k.hidden = static_cast<const A*>(state.hidden);
+  k.argmax = state.argmax;
+  k.total = static_cast<const A*>(state.total);
+  k.ws = ws;
+  return k;
+}
+
+// Zero every (B, M, N) output that a reverse pass does not write in full:
+// all of them unless "soft" without lengths (padding, and "max", which visits
+// only the cells up to the argmax, get exactly zero).
+inline void clear_unwritten(const Problem& p, bool written_in_full, void* const* outs, int count,
+                            cudaStream_t s) {
+  if (written_in_full) return;
+  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  for (int i = 0; i < count; ++i)
+    if (outs[i]) cudaMemsetAsync(outs[i], 0, p.batch * p.rows * p.cols * elem, s);
+}
+
+// sdot[b] = sum over the pair's cells of 2^(C - total) * Cdot (the tangent of
+// the soft seed's total, caller units): one block per pair, a fixed-order
+// reduction (deterministic). The pair's cells are the first m * n slots of
+// each plane (the band layout is a bijection onto them).
+constexpr int kSeedTangentThreads = 256;
+
+template <typename A>
+__global__ void __launch_bounds__(kSeedTangentThreads)
+    seed_tangent(const A* hidden, const A* hdot, const A* total, const int64_t* lengths,
+                 int64_t rows, int64_t cols, A* sdot) {
+  const int64_t b = blockIdx.x;
+  const PairLengths len = pair_lengths(lengths, b, rows, cols);
+  const int64_t plane = rows * cols;
+  const A* C = hidden + b * 3 * plane;
+  const A* Cd = hdot + b * 5 * plane;
+  const PairTotal<A> t = PairTotal<A>::load(total, b);
+  A acc = A(0);
+  for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads)
+    acc += t.seed(C[i]) * Cd[i];
+  __shared__ A warps[kSeedTangentThreads / kWarp];
+  acc = warp_sum(acc);
+  if ((threadIdx.x & (kWarp - 1)) == 0) warps[threadIdx.x / kWarp] = acc;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    A v = threadIdx.x < kSeedTangentThreads / kWarp ? warps[threadIdx.x] : A(0);
+    v = warp_sum(v);
+    if (threadIdx.x == 0) sdot[b] = v;
   }
 }
 
@@ -347,44 +583,75 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_sync_state(p, ws, s);
-  const int64_t cells = p.batch * p.rows * p.cols;
-  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  const bool hard = runs_hard(p);
+  void* const outs[] = {args.grad_scores, args.grad_gap_open, args.grad_gap_extend};
+  clear_unwritten(p, !p.lengths && p.reduction == Reduction::Soft && !hard, outs, 3, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const bool hard = runs_hard(p);
-    const bool soft_reduction = p.reduction == Reduction::Soft && !hard;
-    // Every cell of every pair is written only for "soft" without lengths;
-    // otherwise (padding, and "max", which visits only the cells up to the
-    // argmax) the rest is exactly zero.
-    if (p.lengths || !soft_reduction) {
-      cudaMemsetAsync(args.grad_scores, 0, cells * elem, s);
-      if (args.grad_gap_open) cudaMemsetAsync(args.grad_gap_open, 0, cells * elem, s);
-      if (args.grad_gap_extend) cudaMemsetAsync(args.grad_gap_extend, 0, cells * elem, s);
-    }
-    const A scale = hard ? A(1) : A(kernel_scale(p));
-    AffineBackwardArgs<T, A> k;
-    k.batch = p.batch;
-    k.rows = p.rows;
-    k.cols = p.cols;
-    k.nbands = band_count(p);
-    k.scores = static_cast<const T*>(p.scores);
-    k.lengths = p.lengths;
-    k.open = gap_reader<T, A>(p.gap_open, scale);
-    k.extend = gap_reader<T, A>(p.gap_extend, scale);
-    k.scale = scale;
-    k.soft_reduction = p.reduction == Reduction::Soft;
-    k.grad_score = static_cast<const T*>(args.grad_score);
-    k.hidden = static_cast<const A*>(args.state.hidden);
-    k.argmax = args.state.argmax;
-    k.total = static_cast<const A*>(args.state.total);
+    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score, ws);
     k.grad_scores = static_cast<T*>(args.grad_scores);
     k.grad_open = static_cast<T*>(args.grad_gap_open);
     k.grad_extend = static_cast<T*>(args.grad_gap_extend);
-    k.ws = ws;
     dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
       launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "affine_backward_wavefront");
+    });
+  });
+}
+
+void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args,
+                                 void* workspace, void* stream) {
+  using namespace cuda;
+  if (p.batch == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  const bool hard = runs_hard(p);
+  const bool soft_reduction = p.reduction == Reduction::Soft && !hard;
+  void* const outs[] = {args.hvp_scores, args.hvp_gap_open, args.hvp_gap_extend};
+  // T = 0: the Hessian is zero; the reverse pass computes <W, A> only.
+  clear_unwritten(p, !p.lengths && soft_reduction, outs, 3, s);
+  if (p.rows == 0 || p.cols == 0) {  // empty pairs: <W, A> = 0
+    cudaMemsetAsync(args.grad_grad_score, 0, p.batch * elem, s);
+    return;
+  }
+  const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
+  if (!hard) {
+    // The tangent pass hands its band edges as tagged words in edges_dot.
+    Workspace tangent_ws = dws.ws;
+    tangent_ws.edges = dws.edges_dot;
+    clear_sync_state(p, tangent_ws, s);
+    cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
+    affine_tangent_cuda(p, args, dws.hdot, tangent_ws, s);
+    if (soft_reduction) {
+      dispatch_dtype(p.dtype, [&](auto*, auto acc) {
+        using A = decltype(acc);
+        seed_tangent<A><<<static_cast<unsigned>(p.batch), kSeedTangentThreads, 0, s>>>(
+            static_cast<const A*>(args.state.hidden), static_cast<const A*>(dws.hdot),
+            static_cast<const A*>(args.state.total), p.lengths, p.rows, p.cols,
+            static_cast<A*>(dws.sdot));
+        check_launch("seed_tangent");
+      });
+    }
+  }
+  clear_sync_state(p, dws.ws, s);
+  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using A = decltype(acc);
+    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score, dws.ws);
+    k.grad_scores = static_cast<T*>(args.hvp_scores);
+    k.grad_open = static_cast<T*>(args.hvp_gap_open);
+    k.grad_extend = static_cast<T*>(args.hvp_gap_extend);
+    k.dir_scores = static_cast<const T*>(args.dir_scores);
+    k.dir_open = static_cast<const T*>(args.dir_gap_open);
+    k.dir_extend = static_cast<const T*>(args.dir_gap_extend);
+    k.hdot = static_cast<const A*>(dws.hdot);
+    k.sdot = static_cast<const A*>(dws.sdot);
+    k.inv_t = hard ? A(0) : A(1.0 / p.temperature);
+    k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
+    dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
+      launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor(), true>>(
+          k, s, "affine_backward_wavefront (double backward)");
     });
   });
 }

@@ -29,6 +29,7 @@
 //
 // T = 0: the Hessian is zero almost everywhere. The tangent pass is skipped,
 // hvp is cleared, and the reverse pass (HARD) computes E only, for <W, A>.
+#include "affine.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -493,9 +494,7 @@ int64_t cuda_double_backward_workspace_bytes(const Problem& problem) {
 void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void* workspace,
                           void* stream) {
   using namespace cuda;
-  if (p.affine)
-    throw std::runtime_error(
-        "softsw: double backward with affine gaps is not implemented in the CUDA kernels yet");
+  if (p.affine) return affine_double_backward_cuda(p, args, workspace, stream);
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);

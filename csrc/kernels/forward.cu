@@ -37,49 +37,55 @@ struct ForwardArgs {
   bool soft_reduction;
   bool vector_ok;
   T* score;
-  A* hidden;
+  A* hidden;  // the saved planes (Row::kPlanes per pair), or nullptr
   int64_t* argmax;
   A* total;
+  // The tangent pass of the affine double backward (AffineTangentRow): the
+  // direction on scores, gap_open, gap_extend, (B, M, N) contiguous, each
+  // nullptr for zero. Rows that do not read them ignore them.
+  const T* dir_scores = nullptr;
+  const T* dir_open = nullptr;
+  const T* dir_extend = nullptr;
   Workspace ws;
 };
 
 // A row's values after its last cell, state[0] being the cell's total (H, C):
-// the value reduced, and the diagonal of the row below one step later.
-// The first kDown values are what the row below reads; plane p of the saved
-// state holds state[saved(p)].
+// the value reduced (kReduces). The first kDiag values are what the row below
+// reads on the diagonal one step later, the first kDown what it reads above;
+// plane p of the saved state holds state[saved(p)].
 template <typename A, bool HARD, bool GAP_TENSOR>
 struct LinearRow {
-  static constexpr bool kHard = HARD;
-  static constexpr int kState = 1, kDown = 1, kPlanes = 1;
+  static constexpr bool kHard = HARD, kReduces = true;
+  static constexpr int kState = 1, kDiag = 1, kDown = 1, kPlanes = 1;
   __device__ static constexpr int saved(int) { return 0; }
   // Row 0's view of the row above it, and a row's state left of column 1.
   __device__ static A top(int) { return A(0); }
   __device__ static A left(int) { return A(0); }
   template <typename Args>
-  __device__ static void cell(const Args& a, int64_t b, int r, int c, A diag, A s,
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
                               const A* up, A (&st)[kState]) {
     const A g = a.open.template at<GAP_TENSOR>(b, r, c);
-    st[0] = LinearCell<A, HARD>::value(diag + s, up[0] + g, st[0] + g);
+    st[0] = LinearCell<A, HARD>::value(diag[0] + s, up[0] + g, st[0] + g);
   }
 };
 
 template <typename A, bool HARD, bool GAP_TENSOR>
 struct AffineRow {
   enum { kC, kA, kU, kB, kL };
-  static constexpr bool kHard = HARD;
-  static constexpr int kState = 5, kDown = 3, kPlanes = 3;
+  static constexpr bool kHard = HARD, kReduces = true;
+  static constexpr int kState = 5, kDiag = 1, kDown = 3, kPlanes = 3;
   __device__ static constexpr int saved(int p) { return p == 0 ? kC : p == 1 ? kU : kL; }
   __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
   __device__ static A left(int i) {
     return i == kU || i == kL ? -std::numeric_limits<A>::infinity() : A(0);
   }
   template <typename Args>
-  __device__ static void cell(const Args& a, int64_t b, int r, int c, A diag, A s,
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
                               const A* up, A (&st)[kState]) {
     using Aff = AffineCell<A, HARD>;
     const A o = a.open.template at<GAP_TENSOR>(b, r, c);
     const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
-    const A D = diag + s;
+    const A D = diag[0] + s;
     const A U = Aff::gap(up[kA] + o, up[kU] + e);
     const A L = Aff::gap(st[kB] + o, st[kL] + e);
     st[kC] = LinearCell<A, HARD>::value(D, U, L);
@@ -90,13 +96,71 @@ struct AffineRow {
   }
 };
 
+// The tangent pass of the affine double backward (MATH.md: tangents node by
+// node; cpu.cpp's tangent_affine): AffineRow's values recomputed with the
+// forward's arithmetic, their softmax weights, and the tangents along the
+// direction (dir_*, caller units, as every tangent here). Saves the planes
+// Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0 the
+// Hessian is zero and this pass does not run).
+template <typename A, bool GAP_TENSOR>
+struct AffineTangentRow {
+  enum { kC, kCd, kA, kU, kAd, kUd, kB, kL, kBd, kLd };
+  static constexpr bool kHard = false, kReduces = false;
+  static constexpr int kState = 10, kDiag = 2, kDown = 6, kPlanes = 5;
+  __device__ static constexpr int saved(int p) {
+    return p == 0 ? kCd : p == 1 ? kUd : p == 2 ? kLd : p == 3 ? kAd : kBd;
+  }
+  __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
+  __device__ static A left(int i) {
+    return i == kU || i == kL ? -std::numeric_limits<A>::infinity() : A(0);
+  }
+  template <typename Args>
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
+                              const A* up, A (&st)[kState]) {
+    using Cell = LinearCell<A, false>;
+    using Aff = AffineCell<A, false>;
+    const A o = a.open.template at<GAP_TENSOR>(b, r, c);
+    const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
+    const A D = diag[kC] + s;
+    const A vuo = up[kA] + o, vue = up[kU] + e, vlo = st[kB] + o, vle = st[kL] + e;
+    const A U = Aff::gap(vuo, vue);
+    const A L = Aff::gap(vlo, vle);
+    const A C = Cell::value(D, U, L);
+    const A Ap = Aff::prime(D, L);
+    const A Bp = Aff::prime(D, U);
+    const Weights<A> wc = Cell::weights(C, D, U, L);
+    const PrimeWeights<A> wa = Aff::prime_weights(Ap, D, L);
+    const PrimeWeights<A> wb = Aff::prime_weights(Bp, D, U);
+    const GapWeights<A> wu = Aff::gap_weights(U, vuo, vue);
+    const GapWeights<A> wl = Aff::gap_weights(L, vlo, vle);
+    const int64_t at = (b * a.rows + r) * a.cols + c;
+    const A dS = a.dir_scores ? load_as<A>(a.dir_scores + at) : A(0);
+    const A dO = a.dir_open ? load_as<A>(a.dir_open + at) : A(0);
+    const A dE = a.dir_extend ? load_as<A>(a.dir_extend + at) : A(0);
+    const A Dd = diag[kCd] + dS;
+    const A Ud = wu.open * (up[kAd] + dO) + wu.extend * (up[kUd] + dE);
+    const A Ld = wl.open * (st[kBd] + dO) + wl.extend * (st[kLd] + dE);
+    st[kC] = C;
+    st[kCd] = wc.p1 * Dd + wc.p2 * Ud + wc.p3 * Ld;
+    st[kA] = Ap;
+    st[kU] = U;
+    st[kAd] = wa.p1 * Dd + wa.p2 * Ld;
+    st[kUd] = Ud;
+    st[kB] = Bp;
+    st[kL] = L;
+    st[kBd] = wb.p1 * Dd + wb.p2 * Ud;
+    st[kLd] = Ld;
+  }
+};
+
 template <typename T, typename A, typename Row, int R>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     forward_wavefront(const ForwardArgs<T, A> a) {
   constexpr int kBandRows = kWarp * R;
-  constexpr int kState = Row::kState, kDown = Row::kDown;
+  constexpr int kState = Row::kState, kDiag = Row::kDiag, kDown = Row::kDown;
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !Row::kHard;
+  constexpr bool kReduces = Row::kReduces;
   using Edge = TaggedEdge<A>;
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;  // one saved plane of a pair
@@ -109,7 +173,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     if (m == 0 || n == 0) {
-      if (band == 0 && lane == 0) {
+      if (kReduces && band == 0 && lane == 0) {
         const A value = len.valid ? A(0) : quiet_nan<A>();
         a.score[b] = store_as<T>(value);
         PairTotal<A>::of(value).store(a.total, b);
@@ -140,7 +204,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     }
 
     A st[R][kState];  // each row's state after its last cell
-    A hp[R];          // each row's total before that (the diagonal of the row below)
+    A hp[R][kDiag];   // each row's diagonal values before that (the row below's diagonal)
     A best[R];        // per-row running max, at step best_t
     int best_t[R];
     SoftTotal<A> soft[R];
@@ -148,10 +212,14 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     for (int k = 0; k < R; ++k) {
 #pragma unroll
       for (int i = 0; i < kState; ++i) st[k][i] = Row::left(i);
-      hp[k] = best[k] = A(0);
+#pragma unroll
+      for (int i = 0; i < kDiag; ++i) hp[k][i] = Row::left(i);
+      best[k] = A(0);
       best_t[k] = -1;
     }
-    A up_prev = A(0);  // the total row 0 received last step: its diagonal now
+    A up_prev[kDiag];  // what row 0 received last step: its diagonal now
+#pragma unroll
+    for (int i = 0; i < kDiag; ++i) up_prev[i] = Row::left(i);
     A edge_reg[kDown];
 #pragma unroll
     for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
@@ -173,27 +241,33 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         const A from_lane = __shfl_up_sync(kFullMask, st[R - 1][i], 1);
         up0[i] = lane != 0 ? from_lane : has_above ? from_above : Row::top(i);
       }
-      const A diag0 = up_prev;
-      up_prev = up0[0];
+      A diag0[kDiag];
+#pragma unroll
+      for (int i = 0; i < kDiag; ++i) {
+        diag0[i] = up_prev[i];
+        up_prev[i] = up0[i];
+      }
 
       A ns[R][kState];
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         const int c = t - r0 - k;
         const A* up = k == 0 ? up0 : st[k - 1];
-        const A diag = k == 0 ? diag0 : hp[k - 1];
+        const A* diag = k == 0 ? diag0 : hp[k - 1];
         const bool inside = !checked || (c >= 0 && c < n && row_ok[k]);
 #pragma unroll
         for (int i = 0; i < kState; ++i) ns[k][i] = st[k][i];  // a row left of the pair keeps left()
         if (inside) {
           Row::cell(a, b, top + r0 + k, c, diag, s[k], up, ns[k]);
           const A v = ns[k][0];
-          if (soft_reduction) {
-            soft[k].add(v);
-          } else {  // selects, not a branch: this runs for every cell
-            const bool better = v > best[k] || (is_nan(v) && !is_nan(best[k]));
-            best[k] = better ? v : best[k];
-            best_t[k] = better ? t : best_t[k];
+          if constexpr (kReduces) {
+            if (soft_reduction) {
+              soft[k].add(v);
+            } else {  // selects, not a branch: this runs for every cell
+              const bool better = v > best[k] || (is_nan(v) && !is_nan(best[k]));
+              best[k] = better ? v : best[k];
+              best_t[k] = better ? t : best_t[k];
+            }
           }
         }
       }
@@ -218,7 +292,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        hp[k] = st[k][0];
+#pragma unroll
+        for (int i = 0; i < kDiag; ++i) hp[k][i] = st[k][i];
 #pragma unroll
         for (int i = 0; i < kState; ++i) st[k][i] = ns[k][i];
       }
@@ -322,6 +397,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     run_steps(bulk_end, plain_end, std::false_type{});
     run_steps(plain_end, steps, std::true_type{});
 
+    if constexpr (!kReduces) continue;
     // This band's share of the reduction, then the pair's result from the
     // last band, which merges the partials of all bands in band order.
     Partial part;
@@ -385,6 +461,34 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+
+// The arguments of a forward-skeleton pass over problem `p` (outputs and
+// directions left unset).
+template <typename T, typename A>
+ForwardArgs<T, A> forward_args(const Problem& p, const Workspace& ws) {
+  const bool hard = runs_hard(p);
+  const A scale = A(kernel_scale(p));
+  ForwardArgs<T, A> args;
+  args.batch = p.batch;
+  args.rows = p.rows;
+  args.cols = p.cols;
+  args.nbands = band_count(p);
+  args.scores = static_cast<const T*>(p.scores);
+  args.lengths = p.lengths;
+  args.open = gap_reader<T, A>(p.gap_open, scale);
+  args.extend = gap_reader<T, A>(p.gap_extend, scale);
+  args.scale = scale;
+  args.unscale = A(hard ? 1.0 : p.temperature * kLn2);
+  args.soft_reduction = p.reduction == Reduction::Soft;
+  args.vector_ok = vector_access_ok(p, p.scores);
+  args.score = nullptr;
+  args.hidden = nullptr;
+  args.argmax = nullptr;
+  args.total = nullptr;
+  args.ws = ws;
+  return args;
+}
+
 }  // namespace cuda
 
 int64_t cuda_workspace_bytes(const Problem& problem) { return cuda::workspace_bytes(problem); }
@@ -399,26 +503,12 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const bool hard = runs_hard(p);
-    const A scale = A(kernel_scale(p));
-    ForwardArgs<T, A> args;
-    args.batch = p.batch;
-    args.rows = p.rows;
-    args.cols = p.cols;
-    args.nbands = band_count(p);
-    args.scores = static_cast<const T*>(p.scores);
-    args.lengths = p.lengths;
-    args.open = gap_reader<T, A>(p.gap_open, scale);
-    args.extend = gap_reader<T, A>(p.gap_extend, scale);
-    args.scale = scale;
-    args.unscale = A(hard ? 1.0 : p.temperature * kLn2);
-    args.soft_reduction = p.reduction == Reduction::Soft;
-    args.vector_ok = vector_access_ok(p, p.scores);
+    ForwardArgs<T, A> args = forward_args<T, A>(p, ws);
     args.score = static_cast<T*>(out.score);
     args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
-    args.ws = ws;
+    const bool hard = runs_hard(p);
     if (p.affine) {
       dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
         using Row = AffineRow<A, hard_c(), gap_tensor()>;
@@ -430,6 +520,26 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
         launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront");
       });
     }
+  });
+}
+
+void affine_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
+                         const cuda::Workspace& ws, cudaStream_t s) {
+  using namespace cuda;
+  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using A = decltype(acc);
+    ForwardArgs<T, A> args = forward_args<T, A>(p, ws);
+    args.hidden = static_cast<A*>(hdot);
+    args.vector_ok = args.vector_ok && reinterpret_cast<uintptr_t>(hdot) % 16 == 0;
+    args.dir_scores = static_cast<const T*>(d.dir_scores);
+    args.dir_open = static_cast<const T*>(d.dir_gap_open);
+    args.dir_extend = static_cast<const T*>(d.dir_gap_extend);
+    // Soft only: the hard variants of the dispatch are the same kernel.
+    dispatch_variant<A, true>(p, false, [&](auto r, auto, auto gap_tensor) {
+      using Row = AffineTangentRow<A, gap_tensor()>;
+      launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine tangent)");
+    });
   });
 }
 

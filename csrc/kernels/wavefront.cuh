@@ -279,11 +279,14 @@ inline int64_t workspace_bytes(const Problem& p) {
          align16(units * p.cols * edge_values(p) * acc * 2);
 }
 
-// Double backward: the workspace above, then a second edge buffer (the
-// reverse pass hands up E- and Edot-contributions), the per-pair soft-seed
-// tangent sdot, and the tangent Hdot in the layout of `hidden`:
-//   [workspace_bytes(p)] [edges_dot: units x cols x acc] [sdot: batch x acc]
-//   [hdot: hidden_elements x acc]
+// Double backward: the workspace above, then a second edge buffer, the
+// per-pair soft-seed tangent sdot, and the tangent state hdot in the layout
+// of `hidden`:
+//   [workspace_bytes(p)] [edges_dot] [sdot: batch x acc] [hdot: hdot_elements x acc]
+// Linear gaps: edges_dot carries the reverse pass's Edot contributions (one
+// value per column) and hdot is Hdot. Affine: edges_dot carries the tangent
+// pass's band edges (C, Cdot, A, U, Adot, Udot as tagged words) and hdot the
+// five planes Cdot, Udot, Ldot, Adot, Bdot.
 struct DoubleBackwardWorkspace {
   Workspace ws;     // ticket, flags, partials, edges: as for the other passes
   void* edges_dot;
@@ -291,21 +294,29 @@ struct DoubleBackwardWorkspace {
   void* hdot;
 };
 
-inline int64_t double_backward_workspace_bytes(const Problem& p) {
+inline int64_t edges_dot_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  return workspace_bytes(p) + align16(units * p.cols * acc) + align16(p.batch * acc) +
-         align16(hidden_elements(p.batch, p.rows, p.cols, p.affine) * acc);
+  return align16(units * p.cols * acc * (p.affine ? 6 * 2 : 1));
+}
+
+inline int64_t hdot_elements(const Problem& p) {
+  return (p.affine ? 5 : 1) * p.batch * p.rows * p.cols;
+}
+
+inline int64_t double_backward_workspace_bytes(const Problem& p) {
+  const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
+  return workspace_bytes(p) + edges_dot_bytes(p) + align16(p.batch * acc) +
+         align16(hdot_elements(p) * acc);
 }
 
 inline DoubleBackwardWorkspace carve_double_backward_workspace(const Problem& p, void* base) {
-  const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
   DoubleBackwardWorkspace w;
   w.ws = carve_workspace(p, base);
   char* at = static_cast<char*>(base) + workspace_bytes(p);
   w.edges_dot = at;
-  at += align16(units * p.cols * acc);
+  at += edges_dot_bytes(p);
   w.sdot = at;
   at += align16(p.batch * acc);
   w.hdot = at;
