@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  info  check  double  double_affine  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -26,6 +26,8 @@ for stage in "$@"; do
     double)
       (cd /tmp && timeout 100 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
       say "double: $(tail -1 $OUT/double.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double.log | head -5 ;;
+    hvp)  # time a Hessian-vector product step, linear and affine
+      (cd /tmp && timeout 90 python3 $REPO/dev/time_hvp.py) 2>&1 | tee -a "$SUMMARY" ;;
     double_affine)
       (cd /tmp && timeout ${DOUBLE_TIMEOUT:-150} python3 $REPO/dev/check_double_backward.py --affine ${DOUBLE_ARGS:---quick}) > $OUT/double_affine.log 2>&1
       say "double_affine: $(tail -1 $OUT/double_affine.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double_affine.log | head -8 ;;

@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         if (cc < n) {
           // A of (top-1, cc) = prime(D, L), D = C(top-2, cc-1) + S(top-1, cc): the forward's arithmetic.
           const A cd = cc >= 1 ? above_at(0, kBandRows - 2, cc - 1) : A(0);
-          const A s = load_as<A>(S + (top - 1) * a.cols + cc) * a.scale;
+          const A s = scaled(load_as<A>(S + (top - 1) * a.cols + cc), a.scale);
           above_a = Aff::prime(cd + s, above_at(2, kBandRows - 1, cc));
         } else {
           above_a = A(0);
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         const int64_t r = top + r0 + k;
         const A cd = k == 0 ? cup3 : c3[k - 1];
         if (c >= 0 && c < nc && r < mc) {
-          const A D = cd + to_acc<A>(s1[k]) * a.scale;
+          const A D = cd + scaled(to_acc<A>(s1[k]), a.scale);
           d1[k] = D;
           a1[k] = Aff::prime(D, l1[k]);
           b1[k] = Aff::prime(D, u1[k]);

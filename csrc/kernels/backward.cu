@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       for (int t = to - 1; t >= from; --t) {
         A s[R], grad[R];
 #pragma unroll
-        for (int k = 0; k < R; ++k) s[k] = to_acc<A>(s_next[k]) * a.scale;
+        for (int k = 0; k < R; ++k) s[k] = scaled(to_acc<A>(s_next[k]), a.scale);
         load(t - 1, s_next);
         step(t, s, grad, kChecked);
 #pragma unroll

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 1 : 0)
         if (c >= 0 && c < n && r < m) {
           const int64_t e = r * a.cols + c;
           const A g = a.gap.at(b, r, c);
-          const A s = load_as<A>(S + e) * a.scale;
+          const A s = scaled(load_as<A>(S + e), a.scale);
           const A hv = h_cur[k];
           const Weights<A> p = Cell::weights(hv, diag + s, up + g, h[k] + g);
           const A w_s = W ? load_as<A>(W + e) : A(0);
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A left = w1[k];
           const A h = w0[k];
           const A g = a.gap.at(b, r, c);
-          const A s = load_as<A>(S + e) * a.scale;
+          const A s = scaled(load_as<A>(S + e), a.scale);
           const Weights<A> p = Cell::weights(h, diag + s, up + g, left + g);
           const A seed = soft_reduction ? total.seed(h) : (e == target ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];

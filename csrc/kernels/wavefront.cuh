@@ -86,6 +86,15 @@ template <typename A, typename T> __device__ __forceinline__ A to_acc(T x) {
   else return A(to_float<T>(x));
 }
 
+// A value times the kernel-unit scale, rounded on its own: never fused into an
+// FMA with what it is then added to. Every pass and every work split then
+// computes a cell's candidates with the same bits (the backward passes
+// recompute them; an inference forward gives the training forward's score).
+template <typename A> __device__ __forceinline__ A scaled(A x, A scale) {
+  if constexpr (sizeof(A) == 8) return __dmul_rn(x, scale);
+  else return __fmul_rn(x, scale);
+}
+
 // Four consecutive elements (16-byte aligned for float, 8 for half types,
 // 32 for double) as loaded, and converted to the accumulate type.
 template <typename T>
@@ -120,7 +129,7 @@ __device__ __forceinline__ Raw4<T> raw4_zero() {
 template <typename T, typename A>
 __device__ __forceinline__ void convert4(const Raw4<T>& r, A scale, A (&out)[4]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = to_acc<A>(r.v[i]) * scale;
+  for (int i = 0; i < 4; ++i) out[i] = scaled(to_acc<A>(r.v[i]), scale);
 }
 
 // Four consecutive elements, converted to / from the accumulate type.
@@ -129,17 +138,17 @@ __device__ __forceinline__ void load4(const T* p, A scale, A (&out)[4]) {
   if constexpr (sizeof(T) == 8) {
     const double2 x = __ldg(reinterpret_cast<const double2*>(p));
     const double2 y = __ldg(reinterpret_cast<const double2*>(p) + 1);
-    out[0] = A(x.x) * scale; out[1] = A(x.y) * scale;
-    out[2] = A(y.x) * scale; out[3] = A(y.y) * scale;
+    out[0] = scaled(A(x.x), scale); out[1] = scaled(A(x.y), scale);
+    out[2] = scaled(A(y.x), scale); out[3] = scaled(A(y.y), scale);
   } else if constexpr (sizeof(T) == 4) {
     const float4 x = __ldg(reinterpret_cast<const float4*>(p));
-    out[0] = A(x.x) * scale; out[1] = A(x.y) * scale;
-    out[2] = A(x.z) * scale; out[3] = A(x.w) * scale;
+    out[0] = scaled(A(x.x), scale); out[1] = scaled(A(x.y), scale);
+    out[2] = scaled(A(x.z), scale); out[3] = scaled(A(x.w), scale);
   } else {
     const uint2 raw = __ldg(reinterpret_cast<const uint2*>(p));
     const T* h = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = A(to_float<T>(h[i])) * scale;
+    for (int i = 0; i < 4; ++i) out[i] = scaled(A(to_float<T>(h[i])), scale);
   }
 }
 
@@ -172,7 +181,7 @@ struct GapReader {
   template <bool kMayBeTensor = true>
   __device__ __forceinline__ A at(int64_t b, int64_t r, int64_t c) const {
     if constexpr (!kMayBeTensor) return value;
-    return data ? load_as<A>(data + b * s0 + r * s1 + c * s2) * scale : value;
+    return data ? scaled(load_as<A>(data + b * s0 + r * s1 + c * s2), scale) : value;
   }
 };
 
