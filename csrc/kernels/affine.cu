@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "affine.cuh"
+#include "tangent.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -544,36 +545,6 @@ inline void clear_unwritten(const Problem& p, bool written_in_full, void* const*
     if (outs[i]) cudaMemsetAsync(outs[i], 0, p.batch * p.rows * p.cols * elem, s);
 }
 
-// sdot[b] = sum over the pair's cells of 2^(C - total) * Cdot (the tangent of
-// the soft seed's total, caller units): one block per pair, a fixed-order
-// reduction (deterministic). The pair's cells are the first m * n slots of
-// each plane (the band layout is a bijection onto them).
-constexpr int kSeedTangentThreads = 256;
-
-template <typename A>
-__global__ void __launch_bounds__(kSeedTangentThreads)
-    seed_tangent(const A* hidden, const A* hdot, const A* total, const int64_t* lengths,
-                 int64_t rows, int64_t cols, A* sdot) {
-  const int64_t b = blockIdx.x;
-  const PairLengths len = pair_lengths(lengths, b, rows, cols);
-  const int64_t plane = rows * cols;
-  const A* C = hidden + b * 3 * plane;
-  const A* Cd = hdot + b * 5 * plane;
-  const PairTotal<A> t = PairTotal<A>::load(total, b);
-  A acc = A(0);
-  for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads)
-    acc += t.seed(C[i]) * Cd[i];
-  __shared__ A warps[kSeedTangentThreads / kWarp];
-  acc = warp_sum(acc);
-  if ((threadIdx.x & (kWarp - 1)) == 0) warps[threadIdx.x / kWarp] = acc;
-  __syncthreads();
-  if (threadIdx.x < kWarp) {
-    A v = threadIdx.x < kSeedTangentThreads / kWarp ? warps[threadIdx.x] : A(0);
-    v = warp_sum(v);
-    if (threadIdx.x == 0) sdot[b] = v;
-  }
-}
-
 }  // namespace cuda
 
 void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace,
@@ -622,17 +593,8 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
     tangent_ws.edges = dws.edges_dot;
     clear_sync_state(p, tangent_ws, s);
     cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
-    affine_tangent_cuda(p, args, dws.hdot, tangent_ws, s);
-    if (soft_reduction) {
-      dispatch_dtype(p.dtype, [&](auto*, auto acc) {
-        using A = decltype(acc);
-        seed_tangent<A><<<static_cast<unsigned>(p.batch), kSeedTangentThreads, 0, s>>>(
-            static_cast<const A*>(args.state.hidden), static_cast<const A*>(dws.hdot),
-            static_cast<const A*>(args.state.total), p.lengths, p.rows, p.cols,
-            static_cast<A*>(dws.sdot));
-        check_launch("seed_tangent");
-      });
-    }
+    tangent_cuda(p, args, dws.hdot, tangent_ws, s);
+    if (soft_reduction) seed_tangent_cuda(p, args.state.hidden, dws.hdot, args.state.total, dws.sdot, s);
   }
   clear_sync_state(p, dws.ws, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {

@@ -3,7 +3,7 @@
 // the band wavefront of wavefront.cuh. backward_cuda / double_backward_cuda
 // route `problem.affine` here. The affine forward is forward.cu's skeleton
 // with AffineRow; the double backward's tangent pass is that skeleton with
-// AffineTangentRow (affine_tangent_cuda, defined in forward.cu).
+// AffineTangentRow (tangent.cuh).
 #pragma once
 
 #include "problem.h"
@@ -16,11 +16,5 @@ void affine_backward_cuda(const Problem& problem, const BackwardArgs& args, void
 // `workspace`: cuda_double_backward_workspace_bytes(problem) bytes.
 void affine_double_backward_cuda(const Problem& problem, const DoubleBackwardArgs& args,
                                  void* workspace, void* stream);
-// The tangent pass: the tangents Cdot, Udot, Ldot, Adot, Bdot of every cell
-// along args' directions, into `hdot` (five planes per pair in the layout of
-// `hidden`). `ws` has cleared sync state and edges for six tagged values per
-// column (edges_dot_bytes).
-void affine_tangent_cuda(const Problem& problem, const DoubleBackwardArgs& args, void* hdot,
-                         const cuda::Workspace& ws, cudaStream_t stream);
 
 }  // namespace softsw

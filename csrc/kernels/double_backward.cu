@@ -1,14 +1,13 @@
 // Double backward on CUDA: the Hessian-vector product of MATH.md ("Double
 // backward"), linear gaps, as two more band wavefronts (wavefront.cuh):
 //
-// 1. tangent_wavefront (forward order, forward.cu's skeleton): the tangent
+// 1. The tangent pass (tangent.cuh: forward.cu's skeleton with
+//    LinearTangentRow): H recomputed with the forward's arithmetic and
 //      Hdot[i,j] = p1 (Hdot[i-1,j-1] + W_ij) + p2 (Hdot[i-1,j] + Wg_ij)
 //                + p3 (Hdot[i,j-1] + Wg_ij)
-//    with p_k recomputed from the forward's saved H, stored in a workspace
-//    buffer with the layout of `hidden`; the band's last row goes to the band
-//    below through the edge buffer. For reduction="soft" also the seed's
-//    tangent sdot = sum_ij q_ij Hdot_ij, q = 2^(H - total) (kernel units),
-//    reduced per warp and merged in band order by the pair's bottom band.
+//    stored in a workspace buffer with the layout of `hidden`. For
+//    reduction="soft" also the seed's tangent sdot = sum_ij q_ij Hdot_ij,
+//    q = 2^(H - total) (kernel units), per pair (seed_tangent_cuda).
 //
 // 2. reverse_tangent_wavefront (backward order, backward.cu's skeleton): the
 //    adjoint E of backward.cu and its tangent
@@ -30,6 +29,7 @@
 // T = 0: the Hessian is zero almost everywhere. The tangent pass is skipped,
 // hvp is cleared, and the reverse pass (HARD) computes E only, for <W, A>.
 #include "affine.cuh"
+#include "tangent.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -58,170 +58,6 @@ struct DoubleBackwardKernelArgs {
   T* hvp_gap;    // or nullptr
   Workspace ws;
 };
-
-// --------------------------------------------------------------------------
-// Pass 1: tangent forward (T > 0 only)
-// --------------------------------------------------------------------------
-
-// Double: without a minimum of one block per SM, ptxas's heuristics cap this
-// kernel at 128 registers and spill around the fp64 exp2; with it, no spills.
-// Float: 0, i.e. the default (the minimum would raise its register count).
-template <typename T, typename A, int R>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 1 : 0)
-    tangent_wavefront(const DoubleBackwardKernelArgs<T, A> a) {
-  using Cell = LinearCell<A, false>;
-  constexpr int kBandRows = kWarp * R;
-  const int lane = threadIdx.x & (kWarp - 1);
-  const bool soft_reduction = a.soft_reduction;
-  A* const edges = static_cast<A*>(a.ws.edges);
-
-  for (;;) {
-    const long long unit = next_unit(a.ws.ticket);
-    if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = unit % a.nbands;
-    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
-    const int64_t m = len.m, n = len.n;
-    // Invalid and empty pairs: the reverse pass writes their outputs.
-    if (!len.valid || m == 0 || n == 0) continue;
-    const int64_t top = band * kBandRows;
-    if (top >= m) continue;  // padding rows: no work
-    const int rows_here = static_cast<int>(m - top < kBandRows ? m - top : kBandRows);
-    const bool has_above = band > 0;
-    const bool has_below = top + kBandRows < m;
-    const int64_t unit_id = b * a.nbands + band;
-    const A* edge_above = edges + (unit_id - 1) * a.cols;
-    A* edge_below = edges + unit_id * a.cols;
-    const int64_t pair_offset = b * a.rows * a.cols;
-    const T* S = a.scores + pair_offset;
-    const T* W = a.dir_scores ? a.dir_scores + pair_offset : nullptr;
-    const T* Wg = a.dir_gap ? a.dir_gap + pair_offset : nullptr;
-    const A* hidden = a.hidden + pair_offset + top * n;
-    const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
-    A* hdot = a.hdot + pair_offset + top * n;
-    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
-
-    const int r0 = lane * R;  // first row of this lane, within the band
-    // Each row's last two H (left, and diag of the row below) and Hdot likewise.
-    A h[R], hp[R], hd[R], hdp[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) h[k] = hp[k] = hd[k] = hdp[k] = A(0);
-    A up_prev = A(0), dup_prev = A(0);  // what row 0 received last step: its diagonal now
-    A above_reg = A(0);                 // H of the row above the band (lane's chunk column)
-    A edge_reg = A(0);                  // Hdot of the row above the band
-    A sdot = A(0);                      // this thread's share of sum q Hdot
-
-    const int lanes_active = (rows_here + R - 1) / R;
-    const int64_t steps = n + int64_t(lanes_active) * R - 1;
-    int64_t slot = 0;  // t mod n: where this step's anti-diagonal is stored
-
-    // H of this lane's cells at step t (0 outside), one step ahead.
-    A h_next[R];
-    auto load_cells = [&](int64_t t, int64_t at_slot, A* out) {
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        out[k] = (c >= 0 && c < n && top + r0 + k < m)
-                     ? __ldg(hidden + at_slot * rows_here + r0 + k)
-                     : A(0);
-      }
-    };
-    load_cells(0, 0, h_next);
-
-    for (int64_t t = 0; t < steps; ++t) {
-      A h_cur[R];
-#pragma unroll
-      for (int k = 0; k < R; ++k) h_cur[k] = h_next[k];
-      if (t + 1 < steps) load_cells(t + 1, slot + 1 == n ? 0 : slot + 1, h_next);
-
-      // The row above the band: H from the forward's state, Hdot published
-      // by the warp that owns the band above.
-      if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
-        const int64_t need = t + kWarp < n ? t + kWarp : n;
-        wait_for(a.ws.flags + unit_id - 1, static_cast<int>(need));
-        const int64_t c = t + lane;
-        edge_reg = c < n ? __ldcg(edge_above + c) : A(0);
-        above_reg = c < n ? __ldg(hidden_above + ((kBandRows - 1 + c) % n) * kBandRows +
-                                  kBandRows - 1)
-                          : A(0);
-      }
-      const int src = static_cast<int>(t & (kWarp - 1));
-      const A from_above = __shfl_sync(kFullMask, above_reg, src);
-      const A dfrom_above = __shfl_sync(kFullMask, edge_reg, src);
-      A up0 = __shfl_up_sync(kFullMask, h[R - 1], 1);
-      A dup0 = __shfl_up_sync(kFullMask, hd[R - 1], 1);
-      if (lane == 0) {
-        up0 = has_above ? from_above : A(0);
-        dup0 = has_above ? dfrom_above : A(0);
-      }
-      const A diag0 = up_prev, ddiag0 = dup_prev;
-      up_prev = up0;
-      dup_prev = dup0;
-
-      A nh[R], nhd[R];
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t c = t - r0 - k;
-        const int64_t r = top + r0 + k;
-        const A up = k == 0 ? up0 : h[k - 1];
-        const A diag = k == 0 ? diag0 : hp[k - 1];
-        const A dup = k == 0 ? dup0 : hd[k - 1];
-        const A ddiag = k == 0 ? ddiag0 : hdp[k - 1];
-        if (c >= 0 && c < n && r < m) {
-          const int64_t e = r * a.cols + c;
-          const A g = a.gap.at(b, r, c);
-          const A s = scaled(load_as<A>(S + e), a.scale);
-          const A hv = h_cur[k];
-          const Weights<A> p = Cell::weights(hv, diag + s, up + g, h[k] + g);
-          const A w_s = W ? load_as<A>(W + e) : A(0);
-          const A w_g = Wg ? load_as<A>(Wg + e) : A(0);
-          const A v = p.p1 * (ddiag + w_s) + p.p2 * (dup + w_g) + p.p3 * (hd[k] + w_g);
-          nh[k] = hv;
-          nhd[k] = v;
-          if (soft_reduction) sdot += total.seed(hv) * v;
-          hdot[slot * rows_here + r0 + k] = v;
-        } else {
-          nh[k] = c < 0 ? A(0) : h[k];
-          nhd[k] = c < 0 ? A(0) : hd[k];
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < R; ++k) {
-        hp[k] = h[k];
-        h[k] = nh[k];
-        hdp[k] = hd[k];
-        hd[k] = nhd[k];
-      }
-
-      // Hand the band's last row's Hdot to the band below, 32 columns at a time.
-      if (has_below && lane == kWarp - 1) {
-        const int64_t c = t - (kBandRows - 1);
-        if (c >= 0 && c < n) {
-          edge_below[c] = hd[R - 1];
-          if (((c + 1) & (kWarp - 1)) == 0 && c + 1 < n)
-            store_release(a.ws.flags + unit_id, static_cast<int>(c + 1));
-        }
-      }
-      if (++slot == n) slot = 0;
-    }
-
-    // This band's share of sdot (zero unless soft), published with the final
-    // flag; the pair's bottom band merges the shares in band order (every
-    // band above has published its share by the time it has waited for the
-    // last columns of the band above).
-    sdot = warp_sum(sdot);
-    if (lane == kWarp - 1) {
-      __stcg(&a.ws.partials[unit_id].a, double(sdot));
-      store_release(a.ws.flags + unit_id, static_cast<int>(n));
-    }
-    if (!has_below && lane == 0 && soft_reduction) {
-      A acc = A(0);
-      for (int64_t k = 0; k <= band; ++k)
-        acc += k == band ? sdot : A(__ldcg(&a.ws.partials[unit_id - band + k].a));
-      a.sdot[b] = acc;
-    }
-  }
-}
 
 // --------------------------------------------------------------------------
 // Pass 2: reverse wavefront carrying E and Edot (HARD: E only)
@@ -473,11 +309,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-template <typename T, typename A, int R>
-void launch_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
-  launch_persistent<tangent_wavefront<T, A, R>>(args, stream, "tangent_wavefront");
-}
-
 template <typename T, typename A, int R, bool HARD>
 void launch_reverse_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
   launch_persistent<reverse_tangent_wavefront<T, A, R, HARD>>(args, stream, "reverse_tangent_wavefront");
@@ -534,15 +365,21 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     k.hvp_gap = static_cast<T*>(args.hvp_gap_open);
     k.ws = dws.ws;
     const int r = rows_per_thread(p);
+    if (!hard) {
+      // The tangent pass hands its band edges as tagged words in edges_dot.
+      Workspace tangent_ws = dws.ws;
+      tangent_ws.edges = dws.edges_dot;
+      clear_sync_state(p, tangent_ws, s);
+      cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
+      tangent_cuda(p, args, dws.hdot, tangent_ws, s);
+      if (k.soft_reduction)
+        seed_tangent_cuda(p, args.state.hidden, dws.hdot, args.state.total, dws.sdot, s);
+    }
+    clear_sync_state(p, k.ws, s);
     if (hard) {
-      clear_sync_state(p, k.ws, s);
       if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);
       else launch_reverse_tangent<T, A, 4, true>(k, s);
     } else {
-      clear_sync_state(p, k.ws, s);
-      if (r == 1) launch_tangent<T, A, 1>(k, s);
-      else launch_tangent<T, A, 4>(k, s);
-      clear_sync_state(p, k.ws, s);
       if (r == 1) launch_reverse_tangent<T, A, 1, false>(k, s);
       else launch_reverse_tangent<T, A, 4, false>(k, s);
     }

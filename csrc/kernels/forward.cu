@@ -20,7 +20,7 @@
 // element inside its vector is a compile-time constant) and each step's saved
 // state leaves as one 16-byte store per lane and plane. Scores are loaded a
 // step (a group) ahead and kept raw until used (load_raw in wavefront.cuh).
-#include "affine.cuh"
+#include "tangent.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -52,18 +52,20 @@ struct ForwardArgs {
 // A row's values after its last cell, state[0] being the cell's total (H, C):
 // the value reduced (kReduces). The first kDiag values are what the row below
 // reads on the diagonal one step later, the first kDown what it reads above;
-// plane p of the saved state holds state[saved(p)].
+// plane p of the saved state holds state[saved(p)]. A row may read kInputs
+// more (B, M, N) tensors per cell (input(a, i), nullptr for zeros), loaded a
+// step ahead like the scores and passed to cell() as `in` (not rescaled).
 template <typename A, bool HARD, bool GAP_TENSOR>
 struct LinearRow {
   static constexpr bool kHard = HARD, kReduces = true;
-  static constexpr int kState = 1, kDiag = 1, kDown = 1, kPlanes = 1;
+  static constexpr int kState = 1, kDiag = 1, kDown = 1, kPlanes = 1, kInputs = 0;
   __device__ static constexpr int saved(int) { return 0; }
   // Row 0's view of the row above it, and a row's state left of column 1.
   __device__ static A top(int) { return A(0); }
   __device__ static A left(int) { return A(0); }
   template <typename Args>
   __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
-                              const A* up, A (&st)[kState]) {
+                              const A* up, A (&st)[kState], const A* in) {
     const A g = a.open.template at<GAP_TENSOR>(b, r, c);
     st[0] = LinearCell<A, HARD>::value(diag[0] + s, up[0] + g, st[0] + g);
   }
@@ -73,7 +75,7 @@ template <typename A, bool HARD, bool GAP_TENSOR>
 struct AffineRow {
   enum { kC, kA, kU, kB, kL };
   static constexpr bool kHard = HARD, kReduces = true;
-  static constexpr int kState = 5, kDiag = 1, kDown = 3, kPlanes = 3;
+  static constexpr int kState = 5, kDiag = 1, kDown = 3, kPlanes = 3, kInputs = 0;
   __device__ static constexpr int saved(int p) { return p == 0 ? kC : p == 1 ? kU : kL; }
   __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
   __device__ static A left(int i) {
@@ -81,7 +83,7 @@ struct AffineRow {
   }
   template <typename Args>
   __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
-                              const A* up, A (&st)[kState]) {
+                              const A* up, A (&st)[kState], const A* in) {
     using Aff = AffineCell<A, HARD>;
     const A o = a.open.template at<GAP_TENSOR>(b, r, c);
     const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
@@ -106,7 +108,11 @@ template <typename A, bool GAP_TENSOR>
 struct AffineTangentRow {
   enum { kC, kCd, kA, kU, kAd, kUd, kB, kL, kBd, kLd };
   static constexpr bool kHard = false, kReduces = false;
-  static constexpr int kState = 10, kDiag = 2, kDown = 6, kPlanes = 5;
+  static constexpr int kState = 10, kDiag = 2, kDown = 6, kPlanes = 5, kInputs = 3;
+  template <typename Args>
+  __device__ static auto input(const Args& a, int i) {
+    return i == 0 ? a.dir_scores : i == 1 ? a.dir_open : a.dir_extend;
+  }
   __device__ static constexpr int saved(int p) {
     return p == 0 ? kCd : p == 1 ? kUd : p == 2 ? kLd : p == 3 ? kAd : kBd;
   }
@@ -116,7 +122,7 @@ struct AffineTangentRow {
   }
   template <typename Args>
   __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
-                              const A* up, A (&st)[kState]) {
+                              const A* up, A (&st)[kState], const A* in) {
     using Cell = LinearCell<A, false>;
     using Aff = AffineCell<A, false>;
     const A o = a.open.template at<GAP_TENSOR>(b, r, c);
@@ -133,10 +139,7 @@ struct AffineTangentRow {
     const PrimeWeights<A> wb = Aff::prime_weights(Bp, D, U);
     const GapWeights<A> wu = Aff::gap_weights(U, vuo, vue);
     const GapWeights<A> wl = Aff::gap_weights(L, vlo, vle);
-    const int64_t at = (b * a.rows + r) * a.cols + c;
-    const A dS = a.dir_scores ? load_as<A>(a.dir_scores + at) : A(0);
-    const A dO = a.dir_open ? load_as<A>(a.dir_open + at) : A(0);
-    const A dE = a.dir_extend ? load_as<A>(a.dir_extend + at) : A(0);
+    const A dS = in[0], dO = in[1], dE = in[2];
     const A Dd = diag[kCd] + dS;
     const A Ud = wu.open * (up[kAd] + dO) + wu.extend * (up[kUd] + dE);
     const A Ld = wl.open * (st[kBd] + dO) + wl.extend * (st[kLd] + dE);
@@ -150,6 +153,35 @@ struct AffineTangentRow {
     st[kL] = L;
     st[kBd] = wb.p1 * Dd + wb.p2 * Ud;
     st[kLd] = Ld;
+  }
+};
+
+// The tangent pass of the linear double backward (MATH.md step 1): H
+// recomputed with the forward's arithmetic, its weights p, and
+//   Hdot = p1 (Hdot[i-1,j-1] + W) + p2 (Hdot[i-1,j] + Wg) + p3 (Hdot[i,j-1] + Wg)
+// in caller units. Saves Hdot; reduces nothing; soft only.
+template <typename A, bool GAP_TENSOR>
+struct LinearTangentRow {
+  enum { kH, kHd };
+  static constexpr bool kHard = false, kReduces = false;
+  static constexpr int kState = 2, kDiag = 2, kDown = 2, kPlanes = 1, kInputs = 2;
+  __device__ static constexpr int saved(int) { return kHd; }
+  __device__ static A top(int) { return A(0); }
+  __device__ static A left(int) { return A(0); }
+  template <typename Args>
+  __device__ static auto input(const Args& a, int i) {
+    return i == 0 ? a.dir_scores : a.dir_open;
+  }
+  template <typename Args>
+  __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
+                              const A* up, A (&st)[kState], const A* in) {
+    using Cell = LinearCell<A, false>;
+    const A g = a.open.template at<GAP_TENSOR>(b, r, c);
+    const A vd = diag[kH] + s, vu = up[kH] + g, vl = st[kH] + g;
+    const A H = Cell::value(vd, vu, vl);
+    const Weights<A> p = Cell::weights(H, vd, vu, vl);
+    st[kHd] = p.p1 * (diag[kHd] + in[0]) + p.p2 * (up[kHd] + in[1]) + p.p3 * (st[kHd] + in[1]);
+    st[kH] = H;
   }
 };
 
@@ -225,8 +257,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
     int slot = 0;      // t mod n: where this step's anti-diagonal is stored
 
-    // One wavefront step; `s[k]` is row k's score in kernel units.
-    auto step = [&](const int t, const A (&s)[R], const bool checked) {
+    // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
+    // its input i (rows with kInputs).
+    constexpr int kIn = Row::kInputs > 0 ? Row::kInputs : 1;
+    auto step = [&](const int t, const A (&s)[R], const A (&in)[kIn][R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
         const int c = t + lane;
 #pragma unroll
@@ -258,7 +292,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int i = 0; i < kState; ++i) ns[k][i] = st[k][i];  // a row left of the pair keeps left()
         if (inside) {
-          Row::cell(a, b, top + r0 + k, c, diag, s[k], up, ns[k]);
+          A in_k[kIn];
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) in_k[i] = in[i][k];
+          Row::cell(a, b, top + r0 + k, c, diag, s[k], up, ns[k], in_k);
           const A v = ns[k][0];
           if constexpr (kReduces) {
             if (soft_reduction) {
@@ -318,23 +355,44 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const T* sp[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) sp[k] = srow[k] + (from - r0 - k);
-      auto load = [&](int t, T (&raw)[R]) {
+      // The same walk over the row's inputs (kInputs of them; none are read
+      // where the input is nullptr).
+      const T* ip[kIn][R];
+      bool in_ok[kIn];
+#pragma unroll
+      for (int i = 0; i < kIn; ++i) {
+        const T* base = nullptr;
+        if constexpr (Row::kInputs > 0) base = Row::input(a, i);
+        in_ok[i] = base != nullptr;
+#pragma unroll
+        for (int k = 0; k < R; ++k) ip[i][k] = base + (srow[k] - a.scores) + (from - r0 - k);
+      }
+      auto load = [&](int t, T (&raw)[R], T (&in_raw)[kIn][R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
           const bool inside = kChecked ? (c >= 0 && c < n && row_ok[k]) : true;
           raw[k] = (t < to && inside) ? load_raw(sp[k]) : raw_zero<T>();
           ++sp[k];
+#pragma unroll
+          for (int i = 0; i < Row::kInputs; ++i) {
+            in_raw[i][k] = (t < to && inside && in_ok[i]) ? load_raw(ip[i][k]) : raw_zero<T>();
+            ++ip[i][k];
+          }
         }
       };
-      T s_next[R];
-      load(from, s_next);
+      T s_next[R], in_next[kIn][R];
+      load(from, s_next, in_next);
       for (int t = from; t < to; ++t) {
-        A s[R];
+        A s[R], in[kIn][R];
 #pragma unroll
-        for (int k = 0; k < R; ++k) s[k] = scaled(to_acc<A>(s_next[k]), a.scale);
-        load(t + 1, s_next);
-        step(t, s, kChecked);
+        for (int k = 0; k < R; ++k) {
+          s[k] = scaled(to_acc<A>(s_next[k]), a.scale);
+#pragma unroll
+          for (int i = 0; i < kIn; ++i) in[i][k] = to_acc<A>(in_next[i][k]);
+        }
+        load(t + 1, s_next, in_next);
+        step(t, s, in, kChecked);
       }
     };
 
@@ -347,7 +405,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int plain_begin = full ? kBandRows - 1 : steps;
     const int plain_end = full ? n : steps;
     int bulk_begin = plain_end, bulk_end = plain_end;
-    if constexpr (R == 4) {
+    if constexpr (R == 4 && Row::kInputs == 0) {
       if (a.vector_ok && full) {
         const int first = (kBandRows - 1 + 3) & ~3;  // first multiple of 4 >= 127
         const int last = n & ~3;                      // steps t < last have c <= n - 1
@@ -359,10 +417,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     }
     run_steps(0, plain_begin, std::true_type{});
     run_steps(plain_begin, bulk_begin, std::false_type{});
-    if constexpr (R == 4) {
+    if constexpr (R == 4 && Row::kInputs == 0) {
       if (bulk_end > bulk_begin) {
         // Row k's group g reads columns 4(g-l) - k .. 4(g-l) + 3 - k: the tail
         // of vector q-1 and the head of vector q, q = g - l.
+        const A kNoInputs[kIn][R] = {};
         A vp[R][4], vc[R][4];
         Raw4<T> vn[R];  // the next group's vectors, converted when they are used
         auto load_vec = [&](int k, int q) {
@@ -383,7 +442,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             A s[R];
 #pragma unroll
             for (int k = 0; k < R; ++k) s[k] = j >= k ? vc[k][j - k] : vp[k][4 + j - k];
-            step(t + j, s, false);
+            step(t + j, s, kNoInputs, false);
           }
 #pragma unroll
           for (int k = 0; k < R; ++k) {
@@ -523,8 +582,8 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   });
 }
 
-void affine_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
-                         const cuda::Workspace& ws, cudaStream_t s) {
+void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
+                  const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -535,11 +594,18 @@ void affine_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hd
     args.dir_scores = static_cast<const T*>(d.dir_scores);
     args.dir_open = static_cast<const T*>(d.dir_gap_open);
     args.dir_extend = static_cast<const T*>(d.dir_gap_extend);
-    // Soft only: the hard variants of the dispatch are the same kernel.
-    dispatch_variant<A, true>(p, false, [&](auto r, auto, auto gap_tensor) {
-      using Row = AffineTangentRow<A, gap_tensor()>;
-      launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine tangent)");
-    });
+    // Soft only: the hard variants of the dispatch are the same kernels.
+    if (p.affine) {
+      dispatch_variant<A, true>(p, false, [&](auto r, auto, auto gap_tensor) {
+        using Row = AffineTangentRow<A, gap_tensor()>;
+        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine tangent)");
+      });
+    } else {
+      dispatch_variant<A, false>(p, false, [&](auto r, auto, auto gap_tensor) {
+        using Row = LinearTangentRow<A, gap_tensor()>;
+        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (tangent)");
+      });
+    }
   });
 }
 

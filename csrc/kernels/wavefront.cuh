@@ -292,10 +292,10 @@ inline int64_t workspace_bytes(const Problem& p) {
 // per-pair soft-seed tangent sdot, and the tangent state hdot in the layout
 // of `hidden`:
 //   [workspace_bytes(p)] [edges_dot] [sdot: batch x acc] [hdot: hdot_elements x acc]
-// Linear gaps: edges_dot carries the reverse pass's Edot contributions (one
-// value per column) and hdot is Hdot. Affine: edges_dot carries the tangent
-// pass's band edges (C, Cdot, A, U, Adot, Udot as tagged words) and hdot the
-// five planes Cdot, Udot, Ldot, Adot, Bdot.
+// edges_dot carries the tangent pass's band edges (tagged words: H and Hdot;
+// affine C, Cdot, A, U, Adot, Udot), then, for linear gaps, the reverse
+// pass's Edot contributions (one value per column). hdot is Hdot, or the
+// affine planes Cdot, Udot, Ldot, Adot, Bdot.
 struct DoubleBackwardWorkspace {
   Workspace ws;     // ticket, flags, partials, edges: as for the other passes
   void* edges_dot;
@@ -306,7 +306,7 @@ struct DoubleBackwardWorkspace {
 inline int64_t edges_dot_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  return align16(units * p.cols * acc * (p.affine ? 6 * 2 : 1));
+  return align16(units * p.cols * acc * 2 * (p.affine ? 6 : 2));
 }
 
 inline int64_t hdot_elements(const Problem& p) {

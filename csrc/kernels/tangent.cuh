@@ -1,0 +1,67 @@
+// The first half of the CUDA double backward (MATH.md "Double backward",
+// steps 1 and 2), shared by the linear and affine passes:
+//  * tangent_cuda (forward.cu): the forward skeleton with LinearTangentRow or
+//    AffineTangentRow writes the tangents of every cell along the direction
+//    into `hdot` (hidden's layout: 1 plane per pair, Hdot; affine 5 planes,
+//    Cdot Udot Ldot Adot Bdot);
+//  * seed_tangent_cuda: for reduction "soft", the tangent of the seed's total
+//    per pair, sdot = sum_ij 2^(C_ij - total) Cdot_ij (caller units).
+// The reverse passes (double_backward.cu, affine.cu) read both.
+#pragma once
+
+#include "problem.h"
+#include "wavefront.cuh"
+
+namespace softsw {
+
+// `ws`: cleared sync state, and edges for the row's tagged values per column
+// (edges_dot_bytes).
+void tangent_cuda(const Problem& problem, const DoubleBackwardArgs& args, void* hdot,
+                  const cuda::Workspace& ws, cudaStream_t stream);
+
+namespace cuda {
+
+// One block per pair and a fixed-order reduction (deterministic). The pair's
+// cells are the first m * n slots of each plane (the band layout is a
+// bijection onto them); C is plane 0 of `hidden`, Cdot plane 0 of `hdot`.
+constexpr int kSeedTangentThreads = 256;
+
+template <typename A>
+__global__ void __launch_bounds__(kSeedTangentThreads)
+    seed_tangent(const A* hidden, const A* hdot, const A* total, const int64_t* lengths,
+                 int64_t rows, int64_t cols, int hidden_planes, int hdot_planes, A* sdot) {
+  const int64_t b = blockIdx.x;
+  const PairLengths len = pair_lengths(lengths, b, rows, cols);
+  const int64_t plane = rows * cols;
+  const A* C = hidden + b * hidden_planes * plane;
+  const A* Cd = hdot + b * hdot_planes * plane;
+  const PairTotal<A> t = PairTotal<A>::load(total, b);
+  A acc = A(0);
+  for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads)
+    acc += t.seed(C[i]) * Cd[i];
+  __shared__ A warps[kSeedTangentThreads / kWarp];
+  acc = warp_sum(acc);
+  if ((threadIdx.x & (kWarp - 1)) == 0) warps[threadIdx.x / kWarp] = acc;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    A v = threadIdx.x < kSeedTangentThreads / kWarp ? warps[threadIdx.x] : A(0);
+    v = warp_sum(v);
+    if (threadIdx.x == 0) sdot[b] = v;
+  }
+}
+
+}  // namespace cuda
+
+inline void seed_tangent_cuda(const Problem& p, const void* hidden, const void* hdot,
+                              const void* total, void* sdot, cudaStream_t s) {
+  using namespace cuda;
+  dispatch_dtype(p.dtype, [&](auto*, auto acc) {
+    using A = decltype(acc);
+    seed_tangent<A><<<static_cast<unsigned>(p.batch), kSeedTangentThreads, 0, s>>>(
+        static_cast<const A*>(hidden), static_cast<const A*>(hdot), static_cast<const A*>(total),
+        p.lengths, p.rows, p.cols, p.affine ? 3 : 1, p.affine ? 5 : 1, static_cast<A*>(sdot));
+    check_launch("seed_tangent");
+  });
+}
+
+}  // namespace softsw
