@@ -587,15 +587,7 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
     return;
   }
   const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
-  if (!hard) {
-    // The tangent pass hands its band edges as tagged words in edges_dot.
-    Workspace tangent_ws = dws.ws;
-    tangent_ws.edges = dws.edges_dot;
-    clear_sync_state(p, tangent_ws, s);
-    cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
-    tangent_cuda(p, args, dws.hdot, tangent_ws, s);
-    if (soft_reduction) seed_tangent_cuda(p, args.state.hidden, dws.hdot, args.state.total, dws.sdot, s);
-  }
+  if (!hard) tangent_pass_cuda(p, args, dws, soft_reduction, s);
   clear_sync_state(p, dws.ws, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;

@@ -365,16 +365,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     k.hvp_gap = static_cast<T*>(args.hvp_gap_open);
     k.ws = dws.ws;
     const int r = rows_per_thread(p);
-    if (!hard) {
-      // The tangent pass hands its band edges as tagged words in edges_dot.
-      Workspace tangent_ws = dws.ws;
-      tangent_ws.edges = dws.edges_dot;
-      clear_sync_state(p, tangent_ws, s);
-      cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
-      tangent_cuda(p, args, dws.hdot, tangent_ws, s);
-      if (k.soft_reduction)
-        seed_tangent_cuda(p, args.state.hidden, dws.hdot, args.state.total, dws.sdot, s);
-    }
+    if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
     clear_sync_state(p, k.ws, s);
     if (hard) {
       if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);

@@ -64,4 +64,20 @@ inline void seed_tangent_cuda(const Problem& p, const void* hidden, const void* 
   });
 }
 
+// Steps 1 and 2 of the double backward at T > 0: the tangent pass into
+// dws.hdot (its band edges as tagged words in dws.edges_dot, which the
+// reverse pass reuses afterwards) and, for reduction "soft", the seed tangent
+// into dws.sdot.
+inline void tangent_pass_cuda(const Problem& p, const DoubleBackwardArgs& args,
+                              const cuda::DoubleBackwardWorkspace& dws, bool soft_reduction,
+                              cudaStream_t s) {
+  using namespace cuda;
+  Workspace tangent_ws = dws.ws;
+  tangent_ws.edges = dws.edges_dot;
+  clear_sync_state(p, tangent_ws, s);
+  cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
+  tangent_cuda(p, args, dws.hdot, tangent_ws, s);
+  if (soft_reduction) seed_tangent_cuda(p, args.state.hidden, dws.hdot, args.state.total, dws.sdot, s);
+}
+
 }  // namespace softsw
