@@ -185,7 +185,9 @@ struct LinearTangentRow {
   }
 };
 
-template <typename T, typename A, typename Row, int R>
+// STORES: whether the pass saves Row::kPlanes planes into a.hidden (a
+// compile-time flag, so that an inference forward carries no store code).
+template <typename T, typename A, typename Row, int R, bool STORES>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     forward_wavefront(const ForwardArgs<T, A> a) {
   constexpr int kBandRows = kWarp * R;
@@ -223,8 +225,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     constexpr int kEdgeWords = kDown * Edge::kWords;
     const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * kEdgeWords;
     unsigned long long* edge_below = edges + unit_id * a.cols * kEdgeWords;
-    A* hidden =
-        a.hidden ? a.hidden + b * Row::kPlanes * plane + int64_t(top) * n : nullptr;
+    A* const hidden = STORES ? a.hidden + b * Row::kPlanes * plane + int64_t(top) * n : nullptr;
 
     const int r0 = lane * R;  // first row of this lane, within the band
     const T* srow[R];         // this lane's rows of scores
@@ -256,6 +257,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
     for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
     int slot = 0;      // t mod n: where this step's anti-diagonal is stored
+    // The band's last row goes to the band below 32 columns at a time: lane l
+    // collects column 32k + l (a shuffle from lane 31 per step), and the whole
+    // warp stores the chunk once its last column is done: one coalesced store
+    // per 32 steps instead of lane 31 storing alone (divergent) every step.
+    A out_reg[kDown];
+#pragma unroll
+    for (int i = 0; i < kDown; ++i) out_reg[i] = A(0);
 
     // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
     // its input i (rows with kInputs).
@@ -308,7 +316,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
         }
       }
-      if (hidden) {
+      if constexpr (STORES) {
 #pragma unroll
         for (int p = 0; p < Row::kPlanes; ++p) {
           A* at = hidden + p * plane + int64_t(slot) * rows_here + r0;
@@ -335,12 +343,20 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         for (int i = 0; i < kState; ++i) st[k][i] = ns[k][i];
       }
       // Hand the band's last row to the band below, 32 columns at a time.
-      if (has_below && lane == kWarp - 1) {
-        const int c = t - (kBandRows - 1);
-        if (c >= 0 && c < n) {
+      if (has_below) {
+        const int c = t - (kBandRows - 1);  // the column lane 31's last row finished
 #pragma unroll
-          for (int i = 0; i < kDown; ++i)
-            Edge::put(edge_below + (int64_t(c) * kDown + i) * Edge::kWords, st[R - 1][i], c);
+        for (int i = 0; i < kDown; ++i) {
+          const A v = __shfl_sync(kFullMask, st[R - 1][i], kWarp - 1);
+          out_reg[i] = lane == (c & (kWarp - 1)) ? v : out_reg[i];
+        }
+        if (c >= 0 && c < n && ((c & (kWarp - 1)) == kWarp - 1 || c == n - 1)) {
+          const int col = (c & ~(kWarp - 1)) + lane;
+          if (col <= c) {
+#pragma unroll
+            for (int i = 0; i < kDown; ++i)
+              Edge::put(edge_below + (int64_t(col) * kDown + i) * Edge::kWords, out_reg[i], col);
+          }
         }
       }
       if (++slot == n) slot = 0;
@@ -521,6 +537,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 }
 
 
+// A forward that saves its state, or (R = 1 only: inference runs one row per
+// lane, rows_per_thread) one that does not.
+template <typename T, typename A, typename Row, int R>
+void launch_forward(const ForwardArgs<T, A>& args, cudaStream_t s, const char* name) {
+  if constexpr (R == 1) {
+    if (!args.hidden) return launch_persistent<forward_wavefront<T, A, Row, 1, false>>(args, s, name);
+  }
+  launch_persistent<forward_wavefront<T, A, Row, R, true>>(args, s, name);
+}
+
 // The arguments of a forward-skeleton pass over problem `p` (outputs and
 // directions left unset).
 template <typename T, typename A>
@@ -570,13 +596,11 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
     const bool hard = runs_hard(p);
     if (p.affine) {
       dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
-        using Row = AffineRow<A, hard_c(), gap_tensor()>;
-        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine)");
+        launch_forward<T, A, AffineRow<A, hard_c(), gap_tensor()>, r()>(args, s, "forward_wavefront (affine)");
       });
     } else {
       dispatch_variant<A, false>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
-        using Row = LinearRow<A, hard_c(), gap_tensor()>;
-        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront");
+        launch_forward<T, A, LinearRow<A, hard_c(), gap_tensor()>, r()>(args, s, "forward_wavefront");
       });
     }
   });
@@ -598,12 +622,12 @@ void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
     if (p.affine) {
       dispatch_variant<A, true>(p, false, [&](auto r, auto, auto gap_tensor) {
         using Row = AffineTangentRow<A, gap_tensor()>;
-        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (affine tangent)");
+        launch_persistent<forward_wavefront<T, A, Row, r(), true>>(args, s, "forward_wavefront (affine tangent)");
       });
     } else {
       dispatch_variant<A, false>(p, false, [&](auto r, auto, auto gap_tensor) {
         using Row = LinearTangentRow<A, gap_tensor()>;
-        launch_persistent<forward_wavefront<T, A, Row, r()>>(args, s, "forward_wavefront (tangent)");
+        launch_persistent<forward_wavefront<T, A, Row, r(), true>>(args, s, "forward_wavefront (tangent)");
       });
     }
   });
