@@ -40,9 +40,9 @@ struct ForwardArgs {
   A* hidden;  // the saved planes (Row::kPlanes per pair), or nullptr
   int64_t* argmax;
   A* total;
-  // The tangent pass of the affine double backward (AffineTangentRow): the
-  // direction on scores, gap_open, gap_extend, (B, M, N) contiguous, each
-  // nullptr for zero. Rows that do not read them ignore them.
+  // The tangent pass of the double backward (LinearTangentRow,
+  // AffineTangentRow): the direction on scores, gap_open, gap_extend,
+  // (B, M, N) contiguous, each nullptr for zero. Other rows ignore them.
   const T* dir_scores = nullptr;
   const T* dir_open = nullptr;
   const T* dir_extend = nullptr;
