@@ -119,10 +119,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     for (int k = 0; k < R; ++k) m1[k] = m1p[k] = m2[k] = m3[k] = A(0);
     A above_up = A(0), above_diag = A(0);  // H of the row above the band (lane 0's chunk)
     A below_reg = A(0);                    // contributions of the band below (lane 31's chunk)
-    // The band's top row goes to the band above 32 columns at a time: lane l
-    // collects column 32k + l (a shuffle from lane 0 per step), and the warp
-    // stores the chunk once its first column is done (columns run downwards).
-    A out_reg = A(0);
+    EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
 
     // One reverse step; `s[k]` is row k's score (kernel units); returns each
     // row's d score / d S (times g_out) in `grad`.
@@ -184,12 +181,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
       // Lane 0's first row is the band's top row: hand its contributions up.
       if (has_above) {
-        const A v = __shfl_sync(kFullMask, n2[0] + m1[0], 0);
-        out_reg = lane == (t & (kWarp - 1)) ? v : out_reg;
-        if (t < n && (t & (kWarp - 1)) == 0) {
-          const int col = t + lane;
-          if (col < n) Edge::put(edge_above + int64_t(col) * Edge::kWords, out_reg, col);
-        }
+        to_above.collect(0, n2[0] + m1[0], 0, t, lane);
+        // Columns run downwards: a chunk is done at its first column.
+        if (t < n && (t & (kWarp - 1)) == 0) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
       }
 
 #pragma unroll

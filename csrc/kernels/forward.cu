@@ -257,13 +257,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
     for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
     int slot = 0;      // t mod n: where this step's anti-diagonal is stored
-    // The band's last row goes to the band below 32 columns at a time: lane l
-    // collects column 32k + l (a shuffle from lane 31 per step), and the whole
-    // warp stores the chunk once its last column is done: one coalesced store
-    // per 32 steps instead of lane 31 storing alone (divergent) every step.
-    A out_reg[kDown];
-#pragma unroll
-    for (int i = 0; i < kDown; ++i) out_reg[i] = A(0);
+    EdgeChunk<A, kDown> to_below;  // the band's last row, for the band below
 
     // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
     // its input i (rows with kInputs).
@@ -346,18 +340,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (has_below) {
         const int c = t - (kBandRows - 1);  // the column lane 31's last row finished
 #pragma unroll
-        for (int i = 0; i < kDown; ++i) {
-          const A v = __shfl_sync(kFullMask, st[R - 1][i], kWarp - 1);
-          out_reg[i] = lane == (c & (kWarp - 1)) ? v : out_reg[i];
-        }
-        if (c >= 0 && c < n && ((c & (kWarp - 1)) == kWarp - 1 || c == n - 1)) {
-          const int col = (c & ~(kWarp - 1)) + lane;
-          if (col <= c) {
-#pragma unroll
-            for (int i = 0; i < kDown; ++i)
-              Edge::put(edge_below + (int64_t(col) * kDown + i) * Edge::kWords, out_reg[i], col);
-          }
-        }
+        for (int i = 0; i < kDown; ++i) to_below.collect(i, st[R - 1][i], kWarp - 1, c, lane);
+        if (c >= 0 && c < n && ((c & (kWarp - 1)) == kWarp - 1 || c == n - 1))
+          to_below.store(edge_below, c & ~(kWarp - 1), c, lane);
       }
       if (++slot == n) slot = 0;
     };

@@ -395,6 +395,35 @@ struct TaggedEdge {
   }
 };
 
+// A band's edge row handed to the neighbouring band 32 columns at a time:
+// lane l holds column 32k + l of the current chunk (one shuffle per value and
+// step), and the warp stores a finished chunk with one coalesced tagged store,
+// instead of one lane storing alone (divergent) on every step. The edge holds
+// N tagged values per column.
+template <typename A, int N>
+struct EdgeChunk {
+  A held[N];
+
+  __device__ EdgeChunk() {
+#pragma unroll
+    for (int i = 0; i < N; ++i) held[i] = A(0);
+  }
+  // Value i of column `col` (warp-uniform; any value outside the pair), as
+  // lane `src` has it.
+  __device__ void collect(int i, A value, int src, int col, int lane) {
+    const A v = __shfl_sync(kFullMask, value, src);
+    held[i] = lane == (col & (kWarp - 1)) ? v : held[i];
+  }
+  // Columns first..last (inclusive, inside one aligned chunk) to `edge`.
+  __device__ void store(unsigned long long* edge, int first, int last, int lane) const {
+    const int col = (first & ~(kWarp - 1)) + lane;
+    if (col < first || col > last) return;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      TaggedEdge<A>::put(edge + (int64_t(col) * N + i) * TaggedEdge<A>::kWords, held[i], col);
+  }
+};
+
 __device__ __forceinline__ int load_acquire(const int* flag) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
