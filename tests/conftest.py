@@ -74,7 +74,7 @@ def grad_tol(dtype, M: int, N: int, T: float, score_scale: float) -> float:
 
 
 # Hessian-vector products: each term is a weight times a tangent plus a weight's
-# tangent times an adjoint (MATH.md), two error terms of grad_tol's size, and
+# tangent times an adjoint (docs/math.md), two error terms of grad_tol's size, and
 # the tangent of a weight, p (vdot - hdot) / T, carries one more factor 1 / T
 # on terms that cancel: 2 * grad_tol * max(1, 1 / T).
 def hvp_tol(dtype, M: int, N: int, T: float, score_scale: float) -> float:

@@ -1,4 +1,4 @@
-"""A slow, obviously-correct float64 reference of SPEC.md, written cell by cell.
+"""A slow, obviously-correct float64 reference of docs/semantics.md, written cell by cell.
 
 Everything is plain torch autograd on (B,) tensors -- one Python step per DP
 cell -- so gradients and double backward (Hessian-vector products) of the
@@ -8,7 +8,7 @@ reference come from autograd, not from hand-written adjoints.
   plain max whose gradient goes to the *first* maximal entry of the list (the
   documented tie order: start, match, gap down, gap right).
 * ``ref_align``: the same signature as ``softsw.align``. Linear gaps run the
-  one-state recurrence (SPEC §1), ``gap_extend`` given runs the three-state
+  one-state recurrence (docs/semantics.md), ``gap_extend`` given runs the three-state
   affine recurrence (D, U, L, C with C' that drops the same-direction gap).
 * ``lengths``: each pair is computed on its own slice ``[:m, :n]``, so padding
   is never read (zero gradient there by construction).
@@ -33,14 +33,14 @@ def smax(xs: List[torch.Tensor], T: float) -> torch.Tensor:
         return xs[0]
     x = torch.stack(xs)
     if T == 0:
-        # torch.argmax returns the first maximal index: the tie order of SPEC.
+        # torch.argmax returns the first maximal index: the documented tie order.
         k = torch.argmax(x, dim=0, keepdim=True)
         return x.gather(0, k).squeeze(0)
     return T * torch.logsumexp(x / T, dim=0)
 
 
 def expand_gap(gap, batch: int, rows: int, cols: int) -> Optional[torch.Tensor]:
-    """A gap argument as a float64 (B, M, N) tensor (SPEC §4 broadcasting); None stays None."""
+    """A gap argument as a float64 (B, M, N) tensor (the broadcasting of docs/semantics.md); None stays None."""
     if gap is None:
         return None
     if not isinstance(gap, torch.Tensor):

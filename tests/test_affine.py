@@ -1,5 +1,5 @@
-"""Issue "Affine gaps": the three-state recurrence (SPEC §1) and tensor gap
-scores broadcast to (B, M, N) (SPEC §4), values and gradients against the
+"""Affine gaps: the three-state recurrence (docs/semantics.md) and tensor gap
+scores broadcast to (B, M, N), values and gradients against the
 float64 reference, gradcheck per broadcast shape."""
 import pytest
 import torch
@@ -131,7 +131,7 @@ def test_equal_float_gaps_are_linear(device, gen):
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 def test_equal_tensor_gaps_match_linear(device, gen, T, reduction):
     """Equal open/extend *tensors* force the three-state recurrence; it must
-    collapse to the linear one (SPEC §1): same score and d/dS, and the linear
+    collapse to the linear one: same score and d/dS, and the linear
     d/dg splits into d/d open + d/d extend."""
     b, m, n = 3, 37, 30
     S = randn(gen, b, m, n, device=device)
@@ -256,7 +256,7 @@ def test_affine_hard_ties_documented_order(device, gen, reduction):
     right (of a gap right: start, match, gap down); U and L: open before extend
     -- the reference's order, so gradients match bit for bit (and every backend
     returns the same traceback). Equal float gaps run the one-state recurrence
-    (SPEC §1 allows it) and so follow the linear order on H (start, match, gap
+    (as documented) and so follow the linear order on H (start, match, gap
     down, gap right): another optimal path where the two orders differ."""
     S = quantized(gen, 3, 27, 25, device=device, step=1.0, scale=2.5)
     for gaps in ((-2.0, -1.0), (-1.0, -2.0)):

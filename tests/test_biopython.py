@@ -2,7 +2,7 @@
 scores for random protein pairs (BLOSUM62 / PAM250, linear and affine gaps),
 and the T = 0 expected alignment is a valid optimal traceback.
 
-Gap conventions: SPEC scores a gap of length k as gap_open + (k - 1) * gap_extend;
+Gap conventions: softsw scores a gap of length k as gap_open + (k - 1) * gap_extend;
 Biopython's open_gap_score is the score of the first gap position and
 extend_gap_score of each further one -- the same thing, so both are passed
 unchanged (test_reference.py checks the reference against Biopython too)."""

@@ -1,4 +1,4 @@
-"""Empty pairs (SPEC §2: score 0, zero gradients) and non-finite scores (SPEC §4:
+"""Empty pairs (score 0, zero gradients) and non-finite scores (docs/semantics.md:
 NaN / inf propagate deterministically and never corrupt other pairs)."""
 import math
 

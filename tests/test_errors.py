@@ -1,4 +1,4 @@
-"""Bad input (SPEC §4): one test per rejected case, with the exception type and
+"""Bad input (docs/semantics.md, "Inputs"): one test per rejected case, with the exception type and
 a message that names the argument; never a crash. Raw-op misuse that a
 kernel could turn into an out-of-bounds access runs in a subprocess, so a
 crash fails that test instead of killing the run."""

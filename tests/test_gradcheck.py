@@ -1,4 +1,4 @@
-"""First and second derivatives (SPEC §3): torch.autograd.gradcheck and
+"""First and second derivatives (docs/semantics.md, "Gradients"): torch.autograd.gradcheck and
 gradgradcheck in float64, the expected alignment of softsw.alignment being
 differentiable, and Hessian-vector products against the reference's autograd."""
 import pytest

@@ -1,5 +1,5 @@
 """softsw.align (linear gaps, float gap scores): scores and gradients against the
-float64 reference of SPEC.md, on fresh random inputs, on every device."""
+float64 reference of docs/semantics.md, on fresh random inputs, on every device."""
 import math
 
 import pytest

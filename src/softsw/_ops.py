@@ -10,7 +10,7 @@ differentiable twice:
   backward is ``softsw::double_backward`` (a Hessian-vector product). It
   returns the full derivative with respect to ``scores`` and none for
   ``hidden``: ``hidden`` is a function of ``scores``, and the forward's
-  autograd drops the gradient of ``hidden`` accordingly (MATH.md).
+  autograd drops the gradient of ``hidden`` accordingly (docs/math.md).
 * ``softsw::align`` is the user-facing op; its body is CompositeImplicitAutograd
   (``softsw.api._align``), so it differentiates through ``forward``.
 """

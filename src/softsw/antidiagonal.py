@@ -1,8 +1,8 @@
 """Soft Smith-Waterman in plain PyTorch, one anti-diagonal at a time.
 
-This is the readable reference of SPEC.md §1–2 and a fallback that runs
-wherever PyTorch runs: every cell of an anti-diagonal ``i + j = d`` depends
-only on the two diagonals before it, so the loop runs over the ``M + N - 1``
+This is a readable version of the recurrence and score of docs/semantics.md
+and a fallback that runs wherever PyTorch runs: every cell of an anti-diagonal
+``i + j = d`` depends only on the two diagonals before it, so the loop runs over the ``M + N - 1``
 anti-diagonals and each step is a handful of tensor operations over the whole
 diagonal and the whole batch. Gradients (and double backward) come from
 autograd through those operations. It is also the baseline the benchmark

@@ -1,6 +1,6 @@
 """The Python surface of softsw: ``align``, ``alignment`` and ``SoftSmithWaterman``.
 
-Semantics (the short version of SPEC.md): for one pair with a score matrix
+Semantics (the short version of docs/semantics.md): for one pair with a score matrix
 ``S`` (M, N), DP cells ``1 <= i <= m``, ``1 <= j <= n`` hold the soft-max
 (temperature ``T``; the plain max when ``T == 0``) over every local alignment
 path that ends there::
@@ -14,7 +14,7 @@ gradient with respect to ``S`` is the expected alignment: the probability,
 under the Gibbs distribution over paths, that query position ``i`` is matched
 with target position ``j`` (the optimal path itself when ``T == 0``).
 With ``gap_extend`` given, gaps are affine: opening a gap scores ``gap_open``
-and each further step ``gap_extend`` (SPEC.md §1, three states).
+and each further step ``gap_extend`` (three states per cell; docs/semantics.md).
 """
 from __future__ import annotations
 
