@@ -92,13 +92,15 @@ def save_forward_state(ctx, args, hidden, argmax, total):
     ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
 
 
-def backward_of_forward(ctx, grad_score):
+def backward_of_forward(ctx, grad_score, backward_op=None):
     """(d scores, d gap_open, d gap_extend) from what save_forward_state kept;
-    None for a gap that is a float. Under create_graph the call records
-    ``softsw::backward``'s own autograd, which gives double backward."""
+    None for a gap that is a float. ``backward_op`` (``softsw::backward``
+    unless given) records its own autograd under create_graph, which gives
+    double backward."""
     scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
     gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
-    grad_scores, grad_open, grad_extend = torch.ops.softsw.backward(
+    backward_op = backward_op or torch.ops.softsw.backward
+    grad_scores, grad_open, grad_extend = backward_op(
         grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
         affine, temperature, lengths, reduction, hidden, argmax, total)
     return (grad_scores,
@@ -153,3 +155,95 @@ def _backward_backward(ctx, gg_scores, gg_open, gg_extend):
 
 torch.library.register_autograd(
     "softsw::backward", _backward_backward, setup_context=_backward_setup_context)
+
+
+# --------------------------------------------------------------------------
+# autograd.Functions for eager calls and functorch transforms.
+#
+# ``torch.library.register_autograd`` (above) serves tracing (torch.compile),
+# but its generated autograd.Function has no ``setup_context`` of its own, so
+# functorch (``torch.func.grad``, ``jacrev``, ...) refuses it. The two
+# Functions below run the same ops with the same saved state and the same
+# backward; ``generate_vmap_rule`` lets vmap reach the ops' batching rules
+# (further below). They also skip the registration's per-call schema handling
+# (``fill_defaults``: about 0.14 ms of host time per eager call, measured).
+# --------------------------------------------------------------------------
+
+
+class ForwardFunction(torch.autograd.Function):
+    """``softsw::forward`` with ``keep_hidden=True``; differentiable in its
+    first output (the score), through :class:`BackwardFunction`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):
+        return torch.ops.softsw.forward(*args, True)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, hidden, argmax, total = output
+        ctx.mark_non_differentiable(hidden, argmax, total)
+        save_forward_state(ctx, inputs, hidden, argmax, total)
+
+    @staticmethod
+    def backward(ctx, grad_score, _grad_hidden, _grad_argmax, _grad_total):
+        return backward_of_forward(ctx, grad_score, BackwardFunction.apply) + (None,) * 6
+
+
+class BackwardFunction(torch.autograd.Function):
+    """``softsw::backward``; its backward is ``softsw::double_backward``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):
+        return torch.ops.softsw.backward(*args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _backward_setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, gg_scores, gg_open, gg_extend):
+        return _backward_backward(ctx, gg_scores, gg_open, gg_extend)
+
+
+# --------------------------------------------------------------------------
+# Batching rules (vmap): every op treats its pairs independently, so a vmapped
+# dimension V folds into the batch: (V, B, ...) -> (V * B, ...), and the
+# outputs unfold again. ``hidden`` is flat, but every backend keeps it pair by
+# pair (pair b's planes start at b * planes * M * N), so the same fold is the
+# state of the folded problem, and an unbatched one is repeated V times.
+# --------------------------------------------------------------------------
+
+
+def _fold(value, dim, size):
+    if not isinstance(value, torch.Tensor):
+        return value
+    if dim is None:
+        value = value.unsqueeze(0).expand(size, *value.shape)
+    else:
+        value = value.movedim(dim, 0)
+    return value.reshape(size * value.shape[1], *value.shape[2:])
+
+
+def _unfold(output, size):
+    # Empty outputs (no gradient for a gap given as a float) stay unbatched.
+    if output.numel() == 0:
+        return output, None
+    return output.reshape(size, output.shape[0] // size, *output.shape[1:]), 0
+
+
+def _folding_rule(op):
+    def rule(info, in_dims, *args):
+        size = info.batch_size
+        outputs = op(*(_fold(a, d, size) for a, d in zip(args, in_dims)))
+        unfolded = [_unfold(o, size) for o in outputs]
+        return tuple(o for o, _ in unfolded), tuple(d for _, d in unfolded)
+    return rule
+
+
+for _name in ("forward", "backward", "double_backward"):
+    torch.library.register_vmap(f"softsw::{_name}",
+                                _folding_rule(getattr(torch.ops.softsw, _name).default))

@@ -129,10 +129,18 @@ def _lengths_argument(lengths, scores: torch.Tensor) -> Optional[torch.Tensor]:
     # an out-of-range pair as invalid (NaN score) rather than read outside it.
     if _eager() and not is_fake(lengths) and lengths.numel() > 0:
         bounds = torch.tensor([rows, cols], device=lengths.device)
-        if bool(((lengths < 0) | (lengths > bounds)).any()):
+        if bool(_unwrapped(((lengths < 0) | (lengths > bounds)).any()).any()):
             raise ValueError(f"softsw: `lengths` must satisfy 0 <= m <= M = {rows} and "
                              f"0 <= n <= N = {cols}")
     return lengths
+
+
+def _unwrapped(tensor: torch.Tensor) -> torch.Tensor:
+    # Under vmap / torch.func.grad a tensor is a wrapper that refuses bool();
+    # its innermost tensor holds the values of every vmapped slice.
+    while torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+        tensor = torch._C._functorch.get_unwrapped(tensor)
+    return tensor
 
 
 _SERVED_DEVICES = set()
@@ -210,38 +218,13 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
         double backward is supported.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    keep = _needs_grad(args[0], args[1], args[2])
-    if keep and _plain_autograd():
-        score = _EagerForward.apply(*args)
+    if not _needs_grad(args[0], args[1], args[2]):
+        score = torch.ops.softsw.forward(*args, False)[0]
+    elif torch.compiler.is_compiling():
+        score = torch.ops.softsw.forward(*args, True)[0]  # the registered autograd
     else:
-        score = torch.ops.softsw.forward(*args, keep)[0]
+        score = _ops.ForwardFunction.apply(*args)[0]
     return score.squeeze(0) if squeeze else score
-
-
-def _plain_autograd() -> bool:
-    # Tracing and functorch transforms need the op's registered autograd.
-    return not (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active())
-
-
-class _EagerForward(torch.autograd.Function):
-    """Autograd of ``softsw::forward`` for eager calls of :func:`align`.
-
-    The same forward and backward ops, and the same backward, as the
-    ``torch.library`` registration in ``_ops.py``, which tracing (torch.compile)
-    and functorch transforms keep using. That registration's eager wrapper
-    re-reads the op schema on every call (``fill_defaults``): about 0.14 ms of
-    host time per call, measured, more than a small problem's kernels take.
-    """
-
-    @staticmethod
-    def forward(ctx, *args):
-        score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
-        _ops.save_forward_state(ctx, args, hidden, argmax, total)
-        return score
-
-    @staticmethod
-    def backward(ctx, grad_score):
-        return _ops.backward_of_forward(ctx, grad_score) + (None,) * 6
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
@@ -262,9 +245,14 @@ def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: floa
     on the soft alignment itself can be trained.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
+    if torch.compiler.is_compiling():  # the registered autograd
+        forward, backward = torch.ops.softsw.forward, torch.ops.softsw.backward
+        score, hidden, argmax, total = forward(*args, True)
+    else:
+        forward, backward = _ops.ForwardFunction.apply, _ops.BackwardFunction.apply
+        score, hidden, argmax, total = forward(*args)
     ones = torch.ones_like(score)
-    expected = torch.ops.softsw.backward(ones, *args, hidden, argmax, total)[0]
+    expected = backward(ones, *args, hidden, argmax, total)[0]
     if squeeze:
         return score.squeeze(0), expected.squeeze(0)
     return score, expected
