@@ -1,0 +1,112 @@
+// The probability-domain form of the soft recurrence, shared by the CPU and
+// CUDA kernels: the cell, the power-of-two scaling, and the one rule that says
+// when the scaled form is exact (so that every backend chooses alike).
+//
+// With Z = 2^H (H in kernel units, recurrence.h: scores pre-multiplied by
+// 1 / (T ln 2)), w = 2^s for a cell's score s and c = 2^g for the gap g, the
+// linear-gap recurrence is linear:
+//
+//   Z[i,j] = 1 + w[i,j] Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]),   Z = 1 on the border
+//
+// one exp2 (for w) and three adds/FMAs per cell, all terms positive (no
+// cancellation). Z grows like 2^score, so a kernel keeps each row as
+// z = Z 2^-o with an integer exponent o of its own, and every kRenormSteps
+// cells brings z back to [1, 2): z *= 2^-e, o += e (exact: a power of two).
+// The start term becomes 2^-o; a value handed from row i-1 (exponent o') is
+// multiplied by 2^(o' - o).
+//
+// Why this is exact to rounding. The recurrence is linear with positive
+// weights, so an error made at a cell travels on exactly as that cell's value
+// does: a relative error at a cell stays relative. Each row keeps its own
+// exponent near its own magnitude, so what underflows when a value is
+// converted to another row's exponent is below 2^-126 (float) of the value it
+// is added to: a relative error far under rounding. What remains is overflow
+// between two renormalisations, and a weight w or c so small that it flushes
+// to zero while the value it multiplies is large. Both are ruled out by
+// bounding |s| and |g| (kernel units) by kMaxLog2Weight: in float, over
+// kRenormSteps = 8 steps a value grows at most (1 + 2^12 + 2^13)^8 < 2^110
+// (from a start in [1, 2) and a neighbour at most 2^12 larger), and
+// 2^-12 never flushes. Cells outside the bound (small T, large |S| / T, large
+// gaps) are computed in the log domain (recurrence.h): a kernel checks the
+// bound on the scores it reads before it uses them and switches.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "recurrence.h"
+
+namespace softsw {
+
+template <typename A>
+struct ProbabilityRange {
+  // Steps between two renormalisations of a row.
+  static constexpr int kRenormSteps = 8;
+  // The largest |s| and |g| (kernel units: log2 of the weights) that the
+  // scaled form holds exactly; see the header comment.
+  static constexpr double kMaxLog2Weight = sizeof(A) == 8 ? 100.0 : 12.0;
+
+  // Whether a linear gap of `gap` kernel units is in range.
+  static bool gap_ok(double gap) { return gap >= -kMaxLog2Weight && gap <= kMaxLog2Weight; }
+  // The largest |score| in caller units that is in range at kernel scale
+  // `scale` (kernel units per caller unit).
+  static double score_limit(double scale) { return kMaxLog2Weight / scale; }
+};
+
+// The exponent e of a positive finite x (x in [2^e, 2^(e+1))); 0 for zero.
+SOFTSW_HD int exponent_of(float x) {
+  uint32_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = __float_as_uint(x);
+#else
+  std::memcpy(&bits, &x, sizeof bits);
+#endif
+  const int biased = static_cast<int>((bits >> 23) & 0xffu);
+  return biased == 0 ? 0 : biased - 127;
+}
+SOFTSW_HD int exponent_of(double x) {
+  uint64_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = static_cast<uint64_t>(__double_as_longlong(x));
+#else
+  std::memcpy(&bits, &x, sizeof bits);
+#endif
+  const int biased = static_cast<int>((bits >> 52) & 0x7ffu);
+  return biased == 0 ? 0 : biased - 1023;
+}
+
+// 2^e exactly, built from its exponent bits; 0 below the normal range (the
+// values it scales are then negligible, see above), +inf above it.
+template <typename A> SOFTSW_HD A pow2(int e);
+template <> SOFTSW_HD float pow2<float>(int e) {
+  const uint32_t bits = e < -126 ? 0u : e > 127 ? 0x7f800000u : static_cast<uint32_t>(e + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+#endif
+}
+template <> SOFTSW_HD double pow2<double>(int e) {
+  const uint64_t bits = e < -1022 ? 0ull
+                        : e > 1023 ? 0x7ff0000000000000ull
+                                   : static_cast<uint64_t>(e + 1023) << 52;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
+  double x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+#endif
+}
+
+// The linear-gap cell in the probability domain, all values in the row's
+// scale: `start` = 2^-o, `w` = 2^s, `diag` = Z[i-1,j-1], `up` = Z[i-1,j]
+// (both already converted to this row's exponent), `left` = Z[i,j-1], `c` = 2^g.
+template <typename A>
+SOFTSW_HD A probability_cell(A start, A w, A diag, A c, A up, A left) {
+  return w * diag + (c * (up + left) + start);
+}
+
+}  // namespace softsw
