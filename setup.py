@@ -175,7 +175,9 @@ VERSION = package_version()
 
 
 def extension():
-    sources = ["csrc/bindings.cpp", "csrc/kernels/cpu.cpp"]
+    cpu_dir = ROOT / "csrc" / "kernels" / "cpu"
+    sources = ["csrc/bindings.cpp"] + sorted(p.relative_to(ROOT).as_posix()
+                                             for p in cpu_dir.glob("*.cpp"))
     defines = [
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         f"-DPy_LIMITED_API={PY_LIMITED_API}",

@@ -251,7 +251,7 @@ def test_gap_tensors_low_precision(device, gen, dtype):
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 def test_affine_hard_ties_documented_order(device, gen, reduction):
     """Integer scores and gaps tie many affine paths exactly; the T = 0
-    traceback breaks ties as the kernels document it (csrc/kernels/cpu.cpp):
+    traceback breaks ties as the kernels document it (csrc/kernels/cpu/setup.h):
     C: start, match, gap down, gap right; C' of a gap down: start, match, gap
     right (of a gap right: start, match, gap down); U and L: open before extend
     -- the reference's order, so gradients match bit for bit (and every backend

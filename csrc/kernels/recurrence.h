@@ -1,5 +1,6 @@
-// The cell update of the linear-gap recurrence (SPEC.md §1, MATH.md), shared
-// by the CPU and CUDA kernels so that they cannot drift apart.
+// The cell update of the linear-gap recurrence (docs/semantics.md,
+// docs/math.md), shared by the CPU and CUDA kernels so that they cannot drift
+// apart.
 //
 // Soft mode works in base-2 units: every score is pre-multiplied by
 // 1 / (T ln 2), so that softmax_T becomes log2-sum-exp2 and the inner loop has
@@ -79,6 +80,21 @@ SOFTSW_HD double log2_acc(double x) {
 template <typename A> SOFTSW_HD bool is_nan(A x) { return x != x; }
 template <typename A> SOFTSW_HD A quiet_nan() { return std::numeric_limits<A>::quiet_NaN(); }
 
+// The arithmetic a cell uses (the `Math` parameter of LinearCell, SoftTotal
+// and AffineCell): exp2 / log2, and for LinearCell also larger / smaller
+// (max, min) and the NaN rule, so that a backend can pass its own exp2, or a
+// vector type (the CPU's SIMD lanes, whose comparisons give masks, not bools).
+struct AccMath {
+  template <typename A> SOFTSW_HD static A exp2(A x) { return exp2_acc(x); }
+  template <typename A> SOFTSW_HD static A log2(A x) { return log2_acc(x); }
+  template <typename A> SOFTSW_HD static A larger(A a, A b) { return max_of(a, b); }
+  template <typename A> SOFTSW_HD static A smaller(A a, A b) { return min_of(a, b); }
+  // NaN where `probe` is NaN, `h` elsewhere.
+  template <typename A> SOFTSW_HD static A nan_or(A probe, A h) {
+    return is_nan(probe) ? quiet_nan<A>() : h;
+  }
+};
+
 // Transition weights p1, p2, p3 of a cell (p0 = 1 - p1 - p2 - p3 is the
 // "path starts here" weight and is never needed).
 template <typename A>
@@ -86,24 +102,26 @@ struct Weights {
   A p1, p2, p3;
 };
 
-// Linear-gap cell. HARD selects max-plus (T = 0) over log2-sum-exp2.
-template <typename A, bool HARD>
+// Linear-gap cell. HARD selects max-plus (T = 0) over log2-sum-exp2. value()
+// and the soft weights are written on Math alone (they also run on vectors);
+// the hard weights are scalar.
+template <typename A, bool HARD, typename Math = AccMath>
 struct LinearCell {
   // H at the cell. A NaN candidate makes H NaN (max alone would drop it);
   // -inf candidates (forbidden moves) simply contribute nothing.
   SOFTSW_HD static A value(A v1, A v2, A v3) {
     A h;
-    if (HARD) {
-      h = max_of(max_of(A(0), v1), max_of(v2, v3));
+    if constexpr (HARD) {
+      h = Math::larger(Math::larger(A(0), v1), Math::larger(v2, v3));
     } else {
       // Order the four candidates just enough to know the largest, m: its
       // term is 2^0 = 1, so 3 exp2 + 1 log2 per cell instead of 4 + 1.
-      const A a = max_of(A(0), v1), b = min_of(A(0), v1);
-      const A c = max_of(v2, v3), d = min_of(v2, v3);
-      const A m = max_of(a, c), e = min_of(a, c);
-      h = m + log2_acc(A(1) + exp2_acc(b - m) + exp2_acc(d - m) + exp2_acc(e - m));
+      const A a = Math::larger(A(0), v1), b = Math::smaller(A(0), v1);
+      const A c = Math::larger(v2, v3), d = Math::smaller(v2, v3);
+      const A m = Math::larger(a, c), e = Math::smaller(a, c);
+      h = m + Math::log2(A(1) + Math::exp2(b - m) + Math::exp2(d - m) + Math::exp2(e - m));
     }
-    return is_nan(v1 + v2 + v3) ? quiet_nan<A>() : h;
+    return Math::nan_or(v1 + v2 + v3, h);
   }
 
   // p_k = d H / d v_k. Soft: 2^(v_k - h). Hard: one-hot on the first maximal
@@ -111,7 +129,7 @@ struct LinearCell {
   // (v3) -- the documented tie order of the traceback.
   SOFTSW_HD static Weights<A> weights(A h, A v1, A v2, A v3) {
     Weights<A> w;
-    if (HARD) {
+    if constexpr (HARD) {
       const bool start = !(h > A(0));
       const bool t1 = !start && v1 == h;
       const bool t2 = !start && !t1 && v2 == h;
@@ -120,9 +138,9 @@ struct LinearCell {
       w.p2 = t2 ? A(1) : A(0);
       w.p3 = t3 ? A(1) : A(0);
     } else {
-      w.p1 = exp2_acc(v1 - h);
-      w.p2 = exp2_acc(v2 - h);
-      w.p3 = exp2_acc(v3 - h);
+      w.p1 = Math::exp2(v1 - h);
+      w.p2 = Math::exp2(v2 - h);
+      w.p3 = Math::exp2(v3 - h);
     }
     return w;
   }
@@ -132,8 +150,8 @@ struct LinearCell {
   // (T -> 0, where tied paths would otherwise be counted twice).
   SOFTSW_HD static Weights<A> normalized_weights(A h, A v1, A v2, A v3) {
     Weights<A> w = weights(h, v1, v2, v3);
-    if (!HARD) {
-      const A inv = A(1) / (exp2_acc(-h) + w.p1 + w.p2 + w.p3);
+    if constexpr (!HARD) {
+      const A inv = A(1) / (Math::exp2(-h) + w.p1 + w.p2 + w.p3);
       w.p1 *= inv;
       w.p2 *= inv;
       w.p3 *= inv;
@@ -144,16 +162,16 @@ struct LinearCell {
 
 // Online log2-sum-exp2 accumulator for reduction="soft" (kernel units), and
 // the running max with its first (row-major) argmax for reduction="max".
-template <typename A>
+template <typename A, typename Math = AccMath>
 struct SoftTotal {
   A max = -std::numeric_limits<A>::infinity();
   A sum = A(0);  // sum of 2^(x - max)
   SOFTSW_HD void add(A x) {
     if (x > max) {
-      sum = sum * exp2_acc(max - x) + A(1);
+      sum = sum * Math::exp2(max - x) + A(1);
       max = x;
     } else {
-      sum += exp2_acc(x - max);
+      sum += Math::exp2(x - max);
     }
     if (is_nan(x)) max = x;
   }
@@ -161,13 +179,13 @@ struct SoftTotal {
     if (is_nan(o.max) || is_nan(max)) { max = is_nan(max) ? max : o.max; return; }
     if (o.max == -std::numeric_limits<A>::infinity()) return;
     if (o.max > max) {
-      sum = sum * exp2_acc(max - o.max) + o.sum;
+      sum = sum * Math::exp2(max - o.max) + o.sum;
       max = o.max;
     } else {
-      sum += o.sum * exp2_acc(o.max - max);
+      sum += o.sum * Math::exp2(o.max - max);
     }
   }
-  SOFTSW_HD A value() const { return is_nan(max) ? max : max + log2_acc(sum); }
+  SOFTSW_HD A value() const { return is_nan(max) ? max : max + Math::log2(sum); }
 };
 
 // A pair's `total` as the forward saves it for the backward passes: two
@@ -180,10 +198,11 @@ template <typename A>
 struct PairTotal {
   A base = A(0);     // soft: the largest H; otherwise the score (kernel units)
   A log2sum = A(0);  // soft: log2 of sum 2^(H - base); otherwise 0
-  SOFTSW_HD static PairTotal of(const SoftTotal<A>& s) {
+  template <typename Math>
+  SOFTSW_HD static PairTotal of(const SoftTotal<A, Math>& s) {
     PairTotal t;
     t.base = s.max;
-    t.log2sum = is_nan(s.max) ? A(0) : log2_acc(s.sum);
+    t.log2sum = is_nan(s.max) ? A(0) : Math::log2(s.sum);
     return t;
   }
   SOFTSW_HD static PairTotal of(A score) {
@@ -226,7 +245,7 @@ struct MaxArg {
   }
 };
 
-// Affine-gap nodes (SPEC.md §1), added for the affine kernels. Per cell:
+// Affine-gap nodes (docs/semantics.md), added for the affine kernels. Per cell:
 //   D  = C[i-1,j-1] + S_ij                       (no softmax: weight 1)
 //   U  = gap(A[i-1,j] + open_ij, U[i-1,j] + extend_ij)
 //   L  = gap(B[i,j-1] + open_ij, L[i,j-1] + extend_ij)
@@ -244,12 +263,6 @@ struct GapWeights {
 template <typename A>
 struct PrimeWeights {
   A p1, p2;  // weights of x and y in softmax_T(0, x, y)
-};
-
-// The exp2 / log2 an AffineCell uses; a backend may pass its own policy.
-struct AccMath {
-  template <typename A> SOFTSW_HD static A exp2(A x) { return exp2_acc(x); }
-  template <typename A> SOFTSW_HD static A log2(A x) { return log2_acc(x); }
 };
 
 template <typename A, bool HARD, typename Math = AccMath>

@@ -1,0 +1,161 @@
+// The entry points of the backward and the double backward (problem.h): per
+// pair, the region and the seeds, then the passes of reverse.h.
+#include <cstdint>
+
+#include "../problem.h"
+#include "reverse.h"
+#include "setup.h"
+#include "thread_pool.h"
+
+namespace softsw {
+namespace cpu {
+namespace {
+
+template <typename T>
+void backward_impl(const Problem& p, const BackwardArgs& args) {
+  using A = Acc<T>;
+  const Setup<T> su(p);
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  const A* total = static_cast<const A*>(args.state.total);
+  const T* grad_score = static_cast<const T*>(args.grad_score);
+  T* gS = static_cast<T*>(args.grad_scores);
+  T* gO = static_cast<T*>(args.grad_gap_open);
+  T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
+  parallel_for<Scratch<A>>(
+      p.batch, double(p.batch) * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
+        T* oS = gS + b * su.MN;
+        T* oO = gO ? gO + b * su.MN : nullptr;
+        T* oE = gE ? gE + b * su.MN : nullptr;
+        int64_t m = 0, n = 0, mr = 0, nr = 0;
+        const A* hid = hidden + b * su.planes * su.MN;
+        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+          return;
+        }
+        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, mr, nr, A(0));
+        if (mr == 0 || nr == 0) return;
+        const PairView<T> pv = su.pair(b);
+        Seed<A> seed;
+        seed.soft = su.soft_reduction;
+        seed.total = PairTotal<A>::load(total, b).value();
+        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
+        const A gs = ld(grad_score, b);
+        if (!p.affine) {
+          if (su.hard)
+            reverse_linear<T, true, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+          else
+            reverse_linear<T, false, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+        } else {
+          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+          const AffineTangents<A> none{nullptr, 0, 0};
+          if (su.hard)
+            reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+          else
+            reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+        }
+      });
+}
+
+template <typename T>
+void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
+  using A = Acc<T>;
+  const Setup<T> su(p);
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  const A* total = static_cast<const A*>(args.state.total);
+  const T* grad_score = static_cast<const T*>(args.grad_score);
+  const T* dS = static_cast<const T*>(args.dir_scores);
+  const T* dO = static_cast<const T*>(args.dir_gap_open);
+  const T* dE = p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr;
+  T* ggs = static_cast<T*>(args.grad_grad_score);
+  T* hS = static_cast<T*>(args.hvp_scores);
+  T* hO = static_cast<T*>(args.hvp_gap_open);
+  T* hE = p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr;
+  parallel_for<Scratch<A>>(
+      p.batch, 2.0 * p.batch * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
+        T* oS = hS + b * su.MN;
+        T* oO = hO ? hO + b * su.MN : nullptr;
+        T* oE = hE ? hE + b * su.MN : nullptr;
+        const T* ws = dS ? dS + b * su.MN : nullptr;
+        const T* wo = dO ? dO + b * su.MN : nullptr;
+        const T* we = dE ? dE + b * su.MN : nullptr;
+        int64_t m = 0, n = 0, mr = 0, nr = 0;
+        const A* hid = hidden + b * su.planes * su.MN;
+        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+          st(ggs, b, quiet_nan<A>());
+          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+          return;
+        }
+        // The Hessian is zero for T = 0: only <W, A> is needed there.
+        const int64_t keep_r = su.hard ? 0 : mr, keep_c = su.hard ? 0 : nr;
+        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, keep_r, keep_c, A(0));
+        if (mr == 0 || nr == 0) {
+          st(ggs, b, A(0));
+          return;
+        }
+        const PairView<T> pv = su.pair(b);
+        const A gs = ld(grad_score, b);
+        Seed<A> seed;
+        seed.soft = su.soft_reduction;
+        seed.total = PairTotal<A>::load(total, b).value();
+        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
+        seed.inv_t = su.inv_t;
+        const int64_t cells = mr * nr;
+        A sdot = A(0);
+        if (!p.affine) {
+          A* hdot = sc.tangents.get(cells);
+          if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot);
+          else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot);
+          if (seed.soft) {
+            for (int64_t i = 1; i <= mr; ++i)
+              for (int64_t j = 1; j <= nr; ++j)
+                sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                        hdot[(i - 1) * nr + (j - 1)];
+          } else {
+            sdot = hdot[cells - 1];
+          }
+          seed.sdot = sdot;
+          if (!su.hard)
+            reverse_linear<T, false, true>(pv, mr, nr, hid, hdot, ws, wo, seed, gs, oS, oO, sc);
+        } else {
+          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+          AffineTangents<A> td{sc.tangents.get(5 * cells), nr, cells};
+          if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
+          else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc);
+          if (seed.soft) {
+            for (int64_t i = 1; i <= mr; ++i)
+              for (int64_t j = 1; j <= nr; ++j)
+                sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                        td.get(0, i, j);
+          } else {
+            sdot = td.get(0, mr, nr);
+          }
+          seed.sdot = sdot;
+          if (!su.hard)
+            reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc);
+        }
+        st(ggs, b, sdot);
+      });
+}
+
+}  // namespace
+}  // namespace cpu
+
+void backward_cpu(const Problem& problem, const BackwardArgs& args) {
+  switch (problem.dtype) {
+    case Dtype::Float16: return cpu::backward_impl<cpu::Half>(problem, args);
+    case Dtype::BFloat16: return cpu::backward_impl<cpu::BFloat16>(problem, args);
+    case Dtype::Float32: return cpu::backward_impl<float>(problem, args);
+    case Dtype::Float64: return cpu::backward_impl<double>(problem, args);
+  }
+}
+
+void double_backward_cpu(const Problem& problem, const DoubleBackwardArgs& args) {
+  switch (problem.dtype) {
+    case Dtype::Float16: return cpu::double_backward_impl<cpu::Half>(problem, args);
+    case Dtype::BFloat16: return cpu::double_backward_impl<cpu::BFloat16>(problem, args);
+    case Dtype::Float32: return cpu::double_backward_impl<float>(problem, args);
+    case Dtype::Float64: return cpu::double_backward_impl<double>(problem, args);
+  }
+}
+
+}  // namespace softsw

@@ -1,0 +1,205 @@
+// The CPU backend of softsw: forward, backward and the
+// Hessian-vector product (double backward) of the soft (T > 0) and hard
+// (T = 0) Smith-Waterman recurrence, linear and affine gaps, every dtype.
+// Torch-free C++20; parallel over the batch with std::thread.
+//
+// Units. Soft mode runs in base-2 units pre-scaled by beta = 1 / (T ln 2)
+// (recurrence.h): `hidden` and `total` hold values in those units. Adjoints E
+// are unit-free; tangents (docs/math.md's Hdot) are kept in the caller's units, so
+// the tangent of a weight is p * (vdot - hdot) / T. Hard mode is max-plus in
+// the caller's units (beta = 1). A temperature so small that 1 / (T ln 2)
+// overflows the accumulate type runs as hard (precisely: when 2^20 / (T ln 2)
+// does, T <~ 1e-32 in float, 1e-302 in double, so that alignment scores up to
+// ~1e6 stay finite in kernel units; below such T softmax_T is max to rounding).
+//
+// Weights. The backward passes normalise every soft node's weights (and the
+// "soft" reduction's seeds) to sum to 1. With exact arithmetic they already
+// do; as T -> 0 the stored values, ~score / T in kernel units, lose the
+// log2(1 + ...) term to rounding, and unnormalised weights would then count
+// tied paths twice (expected-alignment entries of 2). Normalised, the reverse
+// pass is a Markov chain and the expected alignment a sub-probability.
+//
+// Hidden layout (accumulate type, padded extents M, N):
+//   linear: H[b][i-1][j-1]                                      B*M*N
+//   affine: [b][plane][i-1][j-1], plane 0 = C, 1 = U, 2 = L      3*B*M*N
+// Cells outside a pair's (m, n) hold 0. The backward passes recompute
+// D = C[i-1,j-1] + S, A = softmax_T(0, D, L) (the C' that U[i+1,j] opens from)
+// and B = softmax_T(0, D, U) (the C' that L[i,j+1] opens from) from C, U, L,
+// with the same arithmetic as the forward, so hard-mode ties are bit-exact.
+//
+// Hard-mode (T = 0) ties: one-hot on the first maximal candidate of a node,
+//   linear cell, and the C node: start, match (D), gap down (U), gap right (L)
+//   A = softmax(0, D, L): start, D, L;   B = softmax(0, D, U): start, D, U
+//   U and L: open before extend.
+// The gradient of T = 0 is therefore the traceback of one optimal path.
+//
+// Reductions. "max": the score is the largest cell (boundary zeros
+// included); the adjoint is seeded at the argmax cell (first in row-major
+// order), nothing when the max is a boundary 0. "soft" with T = 0 equals
+// "max": the forward still reports argmax = -1 (problem.h), and the backward
+// passes find the argmax again in `hidden`. Since an adjoint only flows up and
+// left, a "max" backward only visits the rectangle above-left of the argmax.
+//
+// Bad or special input. A pair whose lengths are outside [0, M] x [0, N] gets
+// a NaN score and total, argmax -1, hidden 0 and NaN in every gradient entry
+// of that pair; nothing outside the arrays is read. NaN in a pair's scores
+// makes its score NaN ("max": the first NaN cell is the argmax) and never
+// touches another pair. An empty pair scores 0 with zero gradients.
+//
+// Speed. Pairs are spread over std::threads (as many as the CPUs this
+// process may run on; SOFTSW_NUM_THREADS=k overrides). The linear-gap forward
+// with a float accumulator is vectorised across the pairs of the batch
+// (forward_simd.h); every other pass is the scalar cell loop of forward.h and
+// reverse.h.
+//
+// Files: element.h (dtypes and conversions), thread_pool.h, cell.h (the cells
+// of recurrence.h on the CPU's exp2), simd.h (vector arithmetic and run-time
+// ISA choice), forward.h / forward_simd.h / reverse.h (the passes), and the
+// drivers forward.cpp and backward.cpp (the entry points of problem.h). This
+// header: the set-up every pass shares.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "../problem.h"
+#include "../recurrence.h"
+#include "element.h"
+
+namespace softsw::cpu {
+
+template <typename T>
+struct GapView {
+  using A = Acc<T>;
+  const T* data = nullptr;  // the pair's slice, or nullptr: `value`
+  int64_t si = 0, sj = 0;
+  A value = 0, beta = 1;
+  A at(int64_t i, int64_t j) const {  // gap move ending at DP cell (i, j), 1-based
+    return data ? ld(data, (i - 1) * si + (j - 1) * sj) * beta : value;
+  }
+};
+
+template <typename T>
+struct PairView {
+  using A = Acc<T>;
+  int64_t N = 0;  // row stride of every (M, N) array
+  const T* S = nullptr;
+  A beta = 1;
+  GapView<T> open, ext;
+  A s(int64_t i, int64_t j) const { return ld(S, (i - 1) * N + (j - 1)) * beta; }
+};
+
+// A direction (double backward): the pair's (M, N) slice, nullptr = zero.
+template <typename T>
+inline Acc<T> dir_at(const T* d, int64_t N, int64_t i, int64_t j) {
+  return d ? ld(d, (i - 1) * N + (j - 1)) : Acc<T>(0);
+}
+
+template <typename T>
+struct Setup {
+  using A = Acc<T>;
+  const Problem& p;
+  int64_t M, N, MN, planes;
+  bool hard;
+  bool soft_reduction;  // reduction "soft" with T > 0 (T = 0 soft is max)
+  A beta;               // caller units -> kernel units
+  A unit;               // kernel units -> caller units
+  A inv_t;              // 1 / T for tangents (0 when hard)
+
+  explicit Setup(const Problem& pr)
+      : p(pr), M(pr.rows), N(pr.cols), MN(pr.rows * pr.cols), planes(pr.affine ? 3 : 1) {
+    const double t = pr.temperature;
+    const A b = static_cast<A>(1.0 / (t * kLn2));
+    const A it = static_cast<A>(1.0 / t);
+    // Tiny T runs as hard: kernel units must hold scores up to ~2^20 (float:
+    // T >~ 1e-32, double: T >~ 1e-302); below, softmax_T equals max to rounding.
+    hard = !(t > 0.0) || !std::isfinite(b * A(1 << 20)) || !std::isfinite(it);
+    beta = hard ? A(1) : b;
+    unit = hard ? A(1) : static_cast<A>(t * kLn2);
+    inv_t = hard ? A(0) : it;
+    soft_reduction = !hard && pr.reduction == Reduction::Soft;
+  }
+
+  // The pair's true extents; false when they are out of range.
+  bool extents(int64_t b, int64_t& m, int64_t& n) const {
+    if (p.lengths == nullptr) {
+      m = M;
+      n = N;
+      return true;
+    }
+    m = p.lengths[2 * b];
+    n = p.lengths[2 * b + 1];
+    return m >= 0 && m <= M && n >= 0 && n <= N;
+  }
+
+  GapView<T> gap(const GapScores& g, int64_t b) const {
+    GapView<T> v;
+    v.beta = beta;
+    if (g.data) {
+      v.data = static_cast<const T*>(g.data) + b * g.stride[0];
+      v.si = g.stride[1];
+      v.sj = g.stride[2];
+    } else {
+      v.value = static_cast<A>(g.value) * beta;
+    }
+    return v;
+  }
+
+  PairView<T> pair(int64_t b) const {
+    PairView<T> v;
+    v.N = N;
+    v.S = static_cast<const T*>(p.scores) + b * MN;
+    v.beta = beta;
+    v.open = gap(p.gap_open, b);
+    v.ext = p.affine ? gap(p.gap_extend, b) : v.open;
+    return v;
+  }
+};
+
+template <typename A>
+struct PairResult {
+  A total = 0;
+  int64_t argmax = -1;
+};
+
+// A growable array that keeps its memory from one pair to the next.
+template <typename A>
+class Buffer {
+ public:
+  A* get(int64_t n) {
+    if (static_cast<int64_t>(v_.size()) < n) v_.resize(static_cast<size_t>(n));
+    return v_.data();
+  }
+
+ private:
+  std::vector<A> v_;
+};
+
+// Messages of a reverse pass between rows: `in` into row i from row i+1,
+// `out` from row i into row i-1 (swapped after every row).
+template <typename A>
+struct MessageRows {
+  Buffer<A> in, out;
+};
+
+// A worker thread's scratch, one buffer per role.
+template <typename A>
+struct Scratch {
+  // Forward: the previous and the current row of H (linear) or C (affine),
+  // and of the affine A and U.
+  Buffer<A> c_prev, c_cur, a_prev, a_cur, u_prev, u_cur;
+  // Reverse: messages to C (linear: H) from the diagonal and right
+  // neighbours, to A and to U (affine) from U below; and their tangents.
+  MessageRows<A> to_c, to_a, to_u, to_c_dot, to_a_dot, to_u_dot;
+  // Affine tangent and reverse passes: D, A, B recomputed for the current row
+  // and the row above.
+  Buffer<A> d_cur, ap_cur, bp_cur, d_up, ap_up, bp_up;
+  // Double backward: the tangents of the region (linear: Hdot; affine: the
+  // five node tangents).
+  Buffer<A> tangents;
+  // SIMD forward: a group's lane-interleaved rows (float lanes only).
+  std::vector<float> lanes;
+};
+
+}  // namespace softsw::cpu

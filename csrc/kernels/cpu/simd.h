@@ -1,0 +1,150 @@
+// SIMD arithmetic of the CPU kernels: native vectors of VL floats written
+// with GCC/Clang vector extensions (VL = 4 on the wheel's baseline SSE2 or on
+// NEON, 8 with AVX2+FMA or AVX-512VL; 512-bit vectors measured no faster),
+// their exp2 / log2, and the run-time choice of instruction set. Wider than
+// native vectors are avoided on purpose: compilers lower their comparisons
+// and selects element by element.
+//
+// exp2 / log2 are polynomials: relative error ~2e-9 and ~7e-10 before float
+// rounding; exp2 flushes results below 2^-126 to 0. Floats<VL> wraps a vector
+// as an arithmetic type and VecMath<VL> is its `Math` (recurrence.h), so the
+// SIMD passes run the very cells of recurrence.h; hard mode (max-plus)
+// computes exactly what the scalar cell computes, so the backward's tie
+// detection sees the same bits.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "../recurrence.h"
+
+#if (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 9)) && \
+    (defined(__x86_64__) || defined(__aarch64__))
+#define SOFTSW_CPU_VECTOR 1
+#else
+#define SOFTSW_CPU_VECTOR 0
+#endif
+
+namespace softsw::cpu::simd {
+
+// 2: AVX-512, 1: AVX2 + FMA, 0: baseline, -1: no vector path. The best the
+// CPU has, capped by SOFTSW_CPU_ISA=avx512|avx2|baseline|scalar (tests).
+int isa_level();
+
+}  // namespace softsw::cpu::simd
+
+#if SOFTSW_CPU_VECTOR
+// Vectors wider than 16 bytes only live inside always-inlined code: no ABI
+// is involved. (Not popped: the templates are instantiated after this header.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define SOFTSW_VINLINE inline __attribute__((always_inline))
+
+namespace softsw::cpu::simd {
+
+constexpr int W = 16;  // lanes (pairs) of a group, for every instruction set
+
+template <int VL> struct VecOf;
+template <> struct VecOf<4> {
+  typedef float F __attribute__((vector_size(16)));
+  typedef int32_t I __attribute__((vector_size(16)));
+};
+template <> struct VecOf<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+};
+
+template <int VL>
+struct V {
+  using F = typename VecOf<VL>::F;
+  using I = typename VecOf<VL>::I;
+
+  static SOFTSW_VINLINE F splat(float x) { return F{} + x; }
+  static SOFTSW_VINLINE I splati(int32_t x) { return I{} + x; }
+  static SOFTSW_VINLINE F load(const float* p) {
+    F v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static SOFTSW_VINLINE I loadi(const int32_t* p) {
+    I v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static SOFTSW_VINLINE void store(float* p, F v) { std::memcpy(p, &v, sizeof v); }
+  static SOFTSW_VINLINE void storei(int32_t* p, I v) { std::memcpy(p, &v, sizeof v); }
+  // Lane select by a comparison mask (-1 / 0).
+  static SOFTSW_VINLINE F sel(I mask, F a, F b) { return (F)((mask & (I)a) | (~mask & (I)b)); }
+  static SOFTSW_VINLINE I seli(I mask, I a, I b) { return (mask & a) | (~mask & b); }
+  // max_of / min_of of recurrence.h, lane by lane (same NaN behaviour).
+  static SOFTSW_VINLINE F vmax(F a, F b) { return sel(a > b, a, b); }
+  static SOFTSW_VINLINE F vmin(F a, F b) { return sel(a < b, a, b); }
+
+  static SOFTSW_VINLINE F exp2(F x) {
+    x = sel(x < splat(-126.0f), splat(-127.0f), x);  // -> exactly 0 below
+    const F r = (x + 12582912.0f) - 12582912.0f;     // nearest integer (1.5 * 2^23)
+    const F f = x - r;                                // [-0.5, 0.5]
+    F p = splat(1.5345807505118443e-4f);
+    p = p * f + 1.3399931183056234e-3f;
+    p = p * f + 9.618488973835451e-3f;
+    p = p * f + 5.5503287770777475e-2f;
+    p = p * f + 0.24022646890479515f;
+    p = p * f + 0.6931472057371986f;
+    p = p * f + 1.0000000005541863f;
+    const I e = __builtin_convertvector(r, I);
+    return p * (F)((e + 127) << 23);
+  }
+
+  // log2 of y >= 1 (finite): y = 2^e m, m in [sqrt(1/2), sqrt(2)),
+  // log2 m = u P(u^2) with u = (m - 1) / (m + 1).
+  static SOFTSW_VINLINE F log2(F y) {
+    const I bits = (I)y;
+    I e = (bits >> 23) - 127;
+    F m = (F)((bits & 0x7fffff) | 0x3f800000);
+    const I big = m > splat(1.41421356f);
+    m = sel(big, m * 0.5f, m);
+    e = e - big;  // big is -1 where true
+    const F u = (m - 1.0f) / (m + 1.0f);
+    const F z = u * u;
+    F p = splat(0.4317358635086163f);
+    p = p * z + 0.5767143847072285f;
+    p = p * z + 0.9617988476322529f;
+    p = p * z + 2.8853900797889525f;
+    return u * p + __builtin_convertvector(e, F);
+  }
+};
+
+// VL floats as an arithmetic type: what the templates of recurrence.h need
+// (construction from a scalar, + - * /) and nothing more.
+template <int VL>
+struct Floats {
+  using F = typename VecOf<VL>::F;
+  F v;
+  Floats() = default;
+  SOFTSW_VINLINE Floats(float x) : v(F{} + x) {}
+  SOFTSW_VINLINE Floats(F x) : v(x) {}
+  friend SOFTSW_VINLINE Floats operator+(Floats a, Floats b) { return a.v + b.v; }
+  friend SOFTSW_VINLINE Floats operator-(Floats a, Floats b) { return a.v - b.v; }
+  friend SOFTSW_VINLINE Floats operator*(Floats a, Floats b) { return a.v * b.v; }
+  friend SOFTSW_VINLINE Floats operator/(Floats a, Floats b) { return a.v / b.v; }
+  SOFTSW_VINLINE Floats operator-() const { return -v; }
+  SOFTSW_VINLINE Floats& operator+=(Floats b) { v += b.v; return *this; }
+  SOFTSW_VINLINE Floats& operator*=(Floats b) { v *= b.v; return *this; }
+};
+
+// The `Math` of recurrence.h's cells on Floats<VL>.
+template <int VL>
+struct VecMath {
+  using X = V<VL>;
+  static SOFTSW_VINLINE Floats<VL> exp2(Floats<VL> x) { return X::exp2(x.v); }
+  static SOFTSW_VINLINE Floats<VL> log2(Floats<VL> x) { return X::log2(x.v); }
+  static SOFTSW_VINLINE Floats<VL> larger(Floats<VL> a, Floats<VL> b) { return X::vmax(a.v, b.v); }
+  static SOFTSW_VINLINE Floats<VL> smaller(Floats<VL> a, Floats<VL> b) { return X::vmin(a.v, b.v); }
+  static SOFTSW_VINLINE Floats<VL> nan_or(Floats<VL> probe, Floats<VL> h) {
+    return X::sel(probe.v != probe.v, probe.v, h.v);
+  }
+};
+
+}  // namespace softsw::cpu::simd
+
+#endif  // SOFTSW_CPU_VECTOR

@@ -1,0 +1,53 @@
+// Batch parallelism of the CPU kernels: work items (pairs, or groups of
+// pairs) are handed out dynamically to std::threads, each with its own
+// scratch. An exception in a worker (bad_alloc) is rethrown on the calling
+// thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace softsw::cpu {
+
+// How many threads `items` items of `work` cells in all deserve: at most the
+// CPUs this process may run on (SOFTSW_NUM_THREADS=k overrides), at most one
+// per item, and one per ~32k cells (below, a thread costs more than it saves).
+int thread_count(int64_t items, double work);
+
+// body(k, scratch) for every k in [0, items), `Work` being the type of a
+// thread's scratch (default-constructed once per thread).
+template <typename Work, typename Body>
+void parallel_for(int64_t items, double work, Body&& body) {
+  if (items <= 0) return;
+  const int nt = thread_count(items, work);
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto worker = [&] {
+    try {
+      Work scratch;
+      for (int64_t k; (k = next.fetch_add(1)) < items;) body(k, scratch);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+      next.store(items);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 1; t < nt; ++t) {
+    try {
+      threads.emplace_back(worker);
+    } catch (...) {
+      break;  // no more threads: the others do the work
+    }
+  }
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace softsw::cpu
