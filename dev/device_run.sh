@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   inplace ptests probe pncu  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -15,6 +15,21 @@ SUMMARY=$OUT/summary.txt; : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 for stage in "$@"; do
   case $stage in
+    inplace)  # use the extension built in place here (src/softsw/_C.abi3.so, carried)
+      export PYTHONPATH=$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+      (cd /tmp && python3 -c "import softsw, torch; print('inplace softsw', softsw.__file__, torch.__version__)") 2>&1 | tee -a "$SUMMARY" ;;
+    ptests)  # the probability-domain tests, then the CUDA tests of every module
+      (cd $REPO && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -x -p no:cacheprovider tests/test_probability_domain.py) > $OUT/ptests.log 2>&1
+      say "ptests: $(tail -1 $OUT/ptests.log)"; grep -E '^(FAILED|ERROR)|Error|assert' $OUT/ptests.log | head -20 ;;
+    probe)  # probability-domain inference: G cells/s and fp32 accuracy
+      (cd /tmp && timeout 200 python3 $REPO/dev/probe_inference.py --dtypes ${PROBE_DTYPES:-float32,bfloat16} ${PROBE_ARGS:-}) 2>&1 | tee -a "$SUMMARY"
+      (cd /tmp && timeout 100 python3 $REPO/dev/probe_inference.py --accuracy) 2>&1 | tee -a "$SUMMARY" ;;
+    pncu)  # ncu of the probability-domain forward
+      (cd /tmp && timeout 200 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters -k regex:probability \
+        python3 $REPO/dev/probe_inference.py --ncu --shapes ${NCU_SHAPES:-1024x128x128,64x1024x1024}) > $OUT/pncu.txt 2>&1
+      grep -E "probability_forward|Duration|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Registers Per|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Bank|Shared|Stall|L1/TEX Hit" $OUT/pncu.txt \
+        | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
     build)
       if python3 -c "import softsw" 2>/dev/null && [ -n "$PREBUILT" ]; then say "build: prebuilt"; continue; fi
       ( time python3 -m pip install --no-build-isolation --no-deps --no-index . ) > $OUT/build.log 2>&1 \

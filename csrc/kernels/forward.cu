@@ -458,9 +458,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     run_steps(plain_end, steps, std::true_type{});
 
     if constexpr (!kReduces) continue;
-    // This band's share of the reduction, then the pair's result from the
-    // last band, which merges the partials of all bands in band order.
-    Partial part;
+    // This band's share of the reduction.
     SoftTotal<A> band_soft;
     MaxArg<A> band_best;
 #pragma unroll
@@ -474,53 +472,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         band_best.merge(o);
       }
     }
-    if (soft_reduction) {
-      band_soft = warp_soft_total(band_soft);
-      part = {double(band_soft.max), double(band_soft.sum)};
-    } else {
-      band_best = warp_max(band_best);
-      part = {double(band_best.best), double(band_best.index)};
-    }
-    if (lane == kWarp - 1) {
-      __stcg(&a.ws.partials[unit_id].a, part.a);
-      __stcg(&a.ws.partials[unit_id].b, part.b);
-      store_release(a.ws.flags + unit_id, 1);
-    }
-    if (!has_below && lane == 0) {
-      // Merge in band order for a result independent of scheduling.
-      if (soft_reduction) {
-        SoftTotal<A> acc;
-        for (int64_t k = 0; k <= band; ++k) {
-          SoftTotal<A> o = band_soft;
-          if (k < band) {
-            wait_for(a.ws.flags + unit_id - band + k, 1);
-            o.max = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
-            o.sum = A(__ldcg(&a.ws.partials[unit_id - band + k].b));
-          }
-          acc.merge(o);
-        }
-        PairTotal<A>::of(acc).store(a.total, b);
-        a.score[b] = store_as<T>(acc.value() * a.unscale);
-        a.argmax[b] = -1;
-      } else {
-        MaxArg<A> acc;
-        for (int64_t k = 0; k <= band; ++k) {
-          MaxArg<A> o = band_best;
-          if (k < band) {
-            wait_for(a.ws.flags + unit_id - band + k, 1);
-            o.best = A(__ldcg(&a.ws.partials[unit_id - band + k].a));
-            o.index = static_cast<int64_t>(__ldcg(&a.ws.partials[unit_id - band + k].b));
-          }
-          acc.merge(o);
-        }
-        PairTotal<A>::of(acc.best).store(a.total, b);
-        a.score[b] = store_as<T>(acc.best * a.unscale);
-        a.argmax[b] = acc.index;
-      }
-    }
+    publish_band_reduction<T, A>(a.ws, unit_id, band, !has_below, soft_reduction, band_soft,
+                                 band_best, b, a.unscale, a.score, a.total, a.argmax);
   }
 }
-
 
 // A forward that saves its state, or (R = 1 only: inference runs one row per
 // lane, rows_per_thread) one that does not.
@@ -569,6 +524,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_workspace(p, ws, s);
+  if (probability_forward_cuda(p, out, ws, s)) return;
   clear_hidden_past_short_pairs(p, out.hidden, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;

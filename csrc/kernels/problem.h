@@ -51,7 +51,9 @@ struct ForwardOutputs {
   int64_t* argmax = nullptr;  // (B,): first maximal interior cell (i-1)*N + (j-1)
                               // in row-major order, -1 when the max is a boundary 0
                               // (or the pair is empty, or reduction is Soft at T > 0;
-                              // at T = 0 "soft" is the max and a backend may keep it)
+                              // at T = 0 "soft" is the max and a backend may keep it).
+                              // Only the backward reads it: a forward that keeps no
+                              // state (keeps_state false) may leave -1 at T > 0
   void* total = nullptr;      // (B, 2) accumulate type: the score in the kernel's
                               // internal units (soft: divided by T ln 2) as
                               // PairTotal (recurrence.h) lays it out

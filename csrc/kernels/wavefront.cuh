@@ -277,8 +277,10 @@ inline Workspace carve_workspace(const Problem& p, void* base) {
   return w;
 }
 
-// Values a band hands the next per column: H, or the affine C, A and U.
-inline int64_t edge_values(const Problem& p) { return p.affine ? 3 : 1; }
+// Values a band hands the next per column: H, or the affine C, A and U. The
+// probability-domain forward (linear gaps) hands Z as a mantissa and an
+// exponent: two.
+inline int64_t edge_values(const Problem& p) { return p.affine ? 3 : 2; }
 
 inline int64_t workspace_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
@@ -491,6 +493,61 @@ __device__ __forceinline__ SoftTotal<A> warp_soft_total(SoftTotal<A> x) {
   return x;
 }
 
+// A band's share of the pair's reduction (each lane's own share; reduced over
+// the warp here) goes to the partials; the pair's last band then merges the
+// partials of all bands in band order (a result independent of scheduling)
+// and writes the score, the total and the argmax.
+template <typename T, typename A>
+__device__ void publish_band_reduction(const Workspace& ws, int64_t unit_id, int64_t band,
+                                       bool last_band, bool soft, SoftTotal<A> band_soft,
+                                       MaxArg<A> band_best, int64_t b, A unscale, T* score,
+                                       A* total, int64_t* argmax) {
+  const int lane = threadIdx.x & (kWarp - 1);
+  Partial part;
+  if (soft) {
+    band_soft = warp_soft_total(band_soft);
+    part = {double(band_soft.max), double(band_soft.sum)};
+  } else {
+    band_best = warp_max(band_best);
+    part = {double(band_best.best), double(band_best.index)};
+  }
+  if (lane == kWarp - 1) {
+    __stcg(&ws.partials[unit_id].a, part.a);
+    __stcg(&ws.partials[unit_id].b, part.b);
+    store_release(ws.flags + unit_id, 1);
+  }
+  if (!last_band || lane != 0) return;
+  if (soft) {
+    SoftTotal<A> acc;
+    for (int64_t k = 0; k <= band; ++k) {
+      SoftTotal<A> o = band_soft;
+      if (k < band) {
+        wait_for(ws.flags + unit_id - band + k, 1);
+        o.max = A(__ldcg(&ws.partials[unit_id - band + k].a));
+        o.sum = A(__ldcg(&ws.partials[unit_id - band + k].b));
+      }
+      acc.merge(o);
+    }
+    PairTotal<A>::of(acc).store(total, b);
+    score[b] = store_as<T>(acc.value() * unscale);
+    argmax[b] = -1;
+  } else {
+    MaxArg<A> acc;
+    for (int64_t k = 0; k <= band; ++k) {
+      MaxArg<A> o = band_best;
+      if (k < band) {
+        wait_for(ws.flags + unit_id - band + k, 1);
+        o.best = A(__ldcg(&ws.partials[unit_id - band + k].a));
+        o.index = static_cast<int64_t>(__ldcg(&ws.partials[unit_id - band + k].b));
+      }
+      acc.merge(o);
+    }
+    PairTotal<A>::of(acc.best).store(total, b);
+    score[b] = store_as<T>(acc.best * unscale);
+    argmax[b] = acc.index;
+  }
+}
+
 // --------------------------------------------------------------------------
 // Launch helpers
 // --------------------------------------------------------------------------
@@ -519,9 +576,9 @@ inline int multiprocessor_count() {
 // `per_sm` caches the kernel's residency (a static of the caller, one per
 // kernel instantiation): it depends on the kernel's resources only.
 template <typename Kernel>
-inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm) {
+inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm, size_t smem = 0) {
   if (per_sm == 0)
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarp * kWarpsPerBlock, smem);
   const int64_t resident = int64_t(multiprocessor_count()) * (per_sm > 0 ? per_sm : 1);
   const int64_t needed = (units + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<int>(needed < resident ? needed : resident);
@@ -529,12 +586,19 @@ inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm) {
 
 // Launch a persistent wavefront kernel over the args.batch * args.nbands
 // units on `stream`. Each instantiation caches its own residency.
+// `smem` bytes of dynamic shared memory per block (the same on every call of
+// one instantiation).
 template <auto Kernel, typename Args>
-inline void launch_persistent(const Args& args, cudaStream_t stream, const char* name) {
+inline void launch_persistent(const Args& args, cudaStream_t stream, const char* name,
+                              size_t smem = 0) {
   static int per_sm = 0;
-  const int blocks = persistent_blocks(Kernel, args.batch * args.nbands, per_sm);
+  static const bool smem_ok = smem <= 48 * 1024 ||
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) == cudaSuccess;
+  if (!smem_ok) check_launch(name);
+  const int blocks = persistent_blocks(Kernel, args.batch * args.nbands, per_sm, smem);
   if (blocks == 0) return;
-  Kernel<<<blocks, kWarp * kWarpsPerBlock, 0, stream>>>(args);
+  Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(args);
   check_launch(name);
 }
 
@@ -590,4 +654,11 @@ inline double kernel_scale(const Problem& p) {
 }
 
 }  // namespace cuda
+
+// The inference forward in the probability domain (forward_probability.cu),
+// for the problems it covers (linear gaps with a constant gap in range, T > 0,
+// no state kept); false, launching nothing, for the others.
+bool probability_forward_cuda(const Problem& problem, const ForwardOutputs& out,
+                              const cuda::Workspace& ws, cudaStream_t stream);
+
 }  // namespace softsw

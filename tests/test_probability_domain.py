@@ -1,0 +1,185 @@
+"""CUDA inference forward in the probability domain (skipped without CUDA).
+
+With no gradient wanted, a linear-gap problem with a constant gap at T > 0 runs
+the probability-domain kernel: Z = 2^H kept as a mantissa with a per-row
+power-of-two exponent. Where the scaled form cannot hold a score (|S| / T too
+large, inf, NaN) a band switches to the log domain before it computes such a
+cell. These tests take the float64 CPU kernel (itself checked against the slow
+reference elsewhere) as the reference, on inputs chosen to land in either
+domain and in the switch: temperatures 1e-3 .. 1e3, |S| up to 1e4, one band
+and many, short pairs with garbage in the padding.
+"""
+import math
+
+import pytest
+import torch
+
+import softsw
+from conftest import HAS_CUDA, assert_close, fill_padding, rand_lengths, randn, score_tol
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")]
+
+# ProbabilityRange<float>::kMaxLog2Weight (csrc/kernels/probability.h): the
+# largest |S| / (T ln 2) the float kernels keep in the probability domain.
+FLOAT_LOG2_LIMIT = 12.0
+
+
+def cpu_reference(S, gap, T, lengths, reduction):
+    """The float64 CPU kernel on exactly the values the CUDA kernel sees."""
+    with torch.no_grad():
+        return softsw.align(S.detach().cpu().double(), gap, T,
+                            lengths=None if lengths is None else lengths.cpu(),
+                            reduction=reduction)
+
+
+def cuda_inference(S, gap, T, lengths, reduction):
+    with torch.no_grad():
+        return softsw.align(S.cuda(), gap, T,
+                            lengths=None if lengths is None else lengths.cuda(),
+                            reduction=reduction)
+
+
+def check(S, gap, T, lengths, reduction, dtype):
+    out = cuda_inference(S.to(dtype), gap, T, lengths, reduction)
+    ref = cpu_reference(S.to(dtype), gap, T, lengths, reduction)
+    M, N = S.shape[-2:]
+    assert out.dtype == dtype
+    assert_close(out, ref, dtype, f"score (T={T}, {reduction})", tol=score_tol(dtype, M, N))
+    return out, ref
+
+
+SHAPES = [(3, 1, 1), (4, 5, 3), (2, 31, 33), (3, 32, 32), (2, 33, 65), (2, 97, 130), (1, 300, 257)]
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_in_range_matches_float64(gen, shape, dtype, reduction):
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=1.5)
+    lengths = rand_lengths(gen, B, M, N)
+    S = fill_padding(S, lengths, gen)  # garbage (NaN, inf, 1e30) outside the pairs
+    check(S, -0.8, 1.0, lengths, reduction, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [1e-3, 0.05, 0.3, 1.0, 10.0, 1e3])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0, 1e4])
+def test_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+    """Both domains: small T or large |S| goes to the log domain, the rest stays."""
+    B, M, N = 3, 70, 90
+    S = randn(gen, B, M, N, scale=magnitude)
+    gap = -0.5 * magnitude
+    for dtype in (torch.float32, torch.float64):
+        out, ref = check(S, gap, T, None, reduction, dtype)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
+def test_switch_to_log_domain_mid_band(gen, where, reduction):
+    """A pair in range except one cell far out of it: the band that holds it
+    switches to the log domain (the cells before it stay in the probability
+    domain), the bands above and below do not; the score is exact either way."""
+    B, M, N = 2, 150, 400
+    T = 1.0
+    S = randn(gen, B, M, N)
+    big = 4 * FLOAT_LOG2_LIMIT * T * math.log(2)  # out of range, and dominating
+    r, c = {"first_band": (3, 10), "late_column": (70, 333), "last_row": (M - 1, N - 5)}[where]
+    S[0, r, c] = big
+    S[1, r, c] = -big
+    for dtype in (torch.float32, torch.float64):
+        check(S, -1.0, T, None, reduction, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_mixed_batch(gen, reduction):
+    """Pairs of one batch in either domain are each right."""
+    B, M, N = 6, 64, 96
+    S = randn(gen, B, M, N)
+    S[1] *= 1e3
+    S[3, 10:20, 40:50] = 500.0
+    S[4] *= 1e-4
+    lengths = rand_lengths(gen, B, M, N)
+    check(S, -1.0, 0.7, lengths, reduction, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_half_types(gen, dtype, reduction):
+    B, M, N = 3, 100, 140
+    S = randn(gen, B, M, N)
+    lengths = rand_lengths(gen, B, M, N)
+    check(fill_padding(S, lengths, gen), -1.0, 1.0, lengths, reduction, dtype)
+
+
+def test_long_pair_many_bands(gen):
+    B, M, N = 1, 1500, 1700
+    S = randn(gen, B, M, N).float().double()
+    for reduction in ("max", "soft"):
+        check(S, -1.0, 1.0, None, reduction, torch.float32)
+
+
+def test_large_scores_near_the_limit(gen):
+    """Scores just inside the range rule, all positive: Z grows as fast as the
+    rule allows on every step (the renormalisation must keep up)."""
+    B, M, N = 2, 96, 200
+    T = 1.0
+    s = 0.98 * FLOAT_LOG2_LIMIT * T * math.log(2)
+    S = torch.full((B, M, N), s, dtype=torch.float64)
+    S[1] = randn(gen, M, N).abs() * s / 4 + s * 3 / 4
+    for reduction in ("max", "soft"):
+        out, ref = check(S, -1.0, T, None, reduction, torch.float32)
+        assert torch.isfinite(out).all()
+
+
+def test_nan_and_inf_stay_in_their_pair(gen):
+    B, M, N = 4, 40, 50
+    S = randn(gen, B, M, N)
+    S[1, 5, 7] = float("nan")
+    S[2, 30, 20] = float("inf")
+    S[3, 0, 0] = -float("inf")
+    for reduction in ("max", "soft"):
+        out = cuda_inference(S.float(), -1.0, 1.0, None, reduction)
+        ref = cpu_reference(S.float(), -1.0, 1.0, None, reduction)
+        assert_close(out, ref, torch.float32, "score")
+        assert math.isnan(out[1].item())
+        assert torch.isfinite(out[[0, 3]]).all()
+
+
+def test_inference_matches_training_forward(gen):
+    """The probability-domain inference and the log-domain training forward
+    compute the same scores (to the float32 tolerance)."""
+    B, M, N = 8, 128, 128
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    for reduction in ("max", "soft"):
+        with torch.no_grad():
+            inference = softsw.align(S, -1.0, 1.0, reduction=reduction)
+        training = softsw.align(S.clone().requires_grad_(True), -1.0, 1.0, reduction=reduction)
+        assert_close(inference, training, torch.float32, "score", tol=score_tol(torch.float32, M, N))
+
+
+def test_deterministic(gen):
+    B, M, N = 16, 200, 300
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    S[3, 50, 60] = 400.0  # one band in the log domain
+    for reduction in ("max", "soft"):
+        with torch.no_grad():
+            first = softsw.align(S, -1.0, 1.0, reduction=reduction)
+            for _ in range(3):
+                assert torch.equal(softsw.align(S, -1.0, 1.0, reduction=reduction), first)
+
+
+def test_more_accurate_than_the_log_domain(gen):
+    """The reason for the probability domain besides speed: in float32 it is at
+    least as close to float64 as the log-domain training forward (measured ~10x)."""
+    B, M, N = 16, 256, 256
+    S = randn(gen, B, M, N).float()
+    ref = cpu_reference(S.double(), -1.0, 1.0, None, "soft")
+    with torch.no_grad():
+        prob = softsw.align(S.cuda(), -1.0, 1.0, reduction="soft").cpu().double()
+    log = softsw.align(S.cuda().requires_grad_(True), -1.0, 1.0, reduction="soft")
+    log = log.detach().cpu().double()
+    err_prob = ((prob - ref).abs() / ref.abs()).max().item()
+    err_log = ((log - ref).abs() / ref.abs()).max().item()
+    assert err_prob <= err_log, (err_prob, err_log)
