@@ -1,9 +1,14 @@
 // The entry points of the backward and the double backward (problem.h): per
-// pair, the region and the seeds, then the passes of reverse.h.
+// pair, the region and the seeds, then the passes of reverse.h, or of
+// reverse_simd.h for groups of pairs where it applies.
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
 #include "../problem.h"
 #include "reverse.h"
+#include "reverse_simd.h"
 #include "setup.h"
 #include "thread_pool.h"
 
@@ -11,10 +16,92 @@ namespace softsw {
 namespace cpu {
 namespace {
 
+// The SIMD backward for linear gaps, soft (T > 0), float accumulate; false
+// when it does not apply (then the scalar passes run).
+template <typename T>
+bool backward_linear_vector(const Setup<T>& su, const BackwardArgs& args) {
+#if SOFTSW_CPU_VECTOR
+  const Problem& p = su.p;
+  if constexpr (!std::is_same_v<Acc<T>, float>) {
+    return false;
+  } else {
+    if (p.affine || su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+        simd::isa_level() < 0)
+      return false;
+    const float* hidden = static_cast<const float*>(args.state.hidden);
+    const float* total = static_cast<const float*>(args.state.total);
+    const T* grad_score = static_cast<const T*>(args.grad_score);
+    T* gS = static_cast<T*>(args.grad_scores);
+    T* gO = static_cast<T*>(args.grad_gap_open);
+    std::vector<simd::ReversePair> pairs;
+    double work = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      int64_t m = 0, n = 0, mr = 0, nr = 0;
+      const float* hid = hidden + b * su.MN;
+      T* oS = gS + b * su.MN;
+      T* oO = gO ? gO + b * su.MN : nullptr;
+      if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+        for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<float>());
+        continue;
+      }
+      if (mr == 0 || nr == 0) {
+        for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, 0, 0, 0.0f);
+        continue;
+      }
+      simd::ReversePair q{b, mr, nr, PairTotal<float>::load(total, b).value(), 1.0f,
+                          ld(grad_score, b)};
+      pairs.push_back(q);
+      work += double(mr) * nr;
+    }
+    if (pairs.empty()) return true;
+    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+      return std::make_pair(a.nr, a.mr) > std::make_pair(b.nr, b.mr);
+    });
+    const int64_t P = static_cast<int64_t>(pairs.size());
+    const int64_t groups =
+        std::max<int64_t>((P + simd::W - 1) / simd::W, std::min<int64_t>(P, thread_count(P, work)));
+    const bool soft = su.soft_reduction;
+    const simd::ReverseRowFn row =
+        soft ? simd::pick_reverse_row<true>() : simd::pick_reverse_row<false>();
+    parallel_for<Scratch<float>>(groups, work, [&](int64_t g, Scratch<float>& sc) {
+      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+      if (soft)
+        for (int64_t k = lo; k < hi; ++k) {
+          simd::ReversePair& q = pairs[k];
+          const float z = simd::sum_exp2(hidden + q.b * su.MN, su.N, q.mr, q.nr, q.total);
+          q.scale = z > 0.0f ? 1.0f / z : 1.0f;
+        }
+      if (hi - lo > 1) {
+        simd::reverse_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row,
+                                      hidden, gS, gO, sc.lanes);
+        return;
+      }
+      // A lone pair: one busy lane of W is slower than the scalar loop.
+      const simd::ReversePair& q = pairs[lo];
+      T* oS = gS + q.b * su.MN;
+      T* oO = gO ? gO + q.b * su.MN : nullptr;
+      for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, q.mr, q.nr, 0.0f);
+      Seed<float> seed;
+      seed.soft = soft;
+      seed.total = q.total;
+      seed.scale = q.scale;
+      reverse_linear<T, false, false>(su.pair(q.b), q.mr, q.nr, hidden + q.b * su.MN, nullptr,
+                                      nullptr, nullptr, seed, q.grad, oS, oO, sc);
+    });
+    return true;
+  }
+#else
+  (void)su;
+  (void)args;
+  return false;
+#endif
+}
+
 template <typename T>
 void backward_impl(const Problem& p, const BackwardArgs& args) {
   using A = Acc<T>;
   const Setup<T> su(p);
+  if (backward_linear_vector<T>(su, args)) return;
   const A* hidden = static_cast<const A*>(args.state.hidden);
   const A* total = static_cast<const A*>(args.state.total);
   const T* grad_score = static_cast<const T*>(args.grad_score);
