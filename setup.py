@@ -1,22 +1,38 @@
 """Build softsw._C: the stable-ABI (abi3) extension with the CPU and CUDA kernels.
 
 What gets built
-  * CUDA kernels (every csrc/kernels/*.cu, -DUSE_CUDA -DSOFTSW_WITH_CUDA) whenever a
-    CUDA toolkit is found (CUDA_HOME or CUDA_PATH, else /usr/local/cuda, else the nvcc on
-    PATH) *and* the torch we build against is a CUDA build. Whether this
-    machine has a GPU is never asked: wheel builders have none.
+  * CUDA kernels (every csrc/kernels/*.cu, -DUSE_CUDA -DSOFTSW_WITH_CUDA) when a CUDA
+    toolkit is found (CUDA_HOME or CUDA_PATH, else /usr/local/cuda, else the nvcc on PATH),
+    the torch we build against is a CUDA build, and there are GPU architectures to compile
+    for, in this order:
+      1. TORCH_CUDA_ARCH_LIST, when set ("native": the GPUs of this machine);
+      2. SOFTSW_RELEASE_ARCHS=1 or SOFTSW_REQUIRE_CUDA=1: the release wheels' list,
+         RELEASE_ARCH_LISTS below for the toolkit found (sm_80 and up, PTX for the newest);
+      3. the GPUs this machine has (torch.cuda), each compiled once.
+    With none of them (no GPU visible, nothing asked for) the build is CPU-only: the CUDA
+    kernels cost many CPU-minutes per architecture (about 2 for forward.cu alone on a
+    2-core machine), which nobody should pay for a machine that cannot run them.
   * Otherwise a CPU-only extension. SOFTSW_CPU_ONLY=1 forces it.
+
+How it builds
+  ninja compiles the units in parallel (MAX_JOBS, default: every core), nvcc compiles the
+  architectures of a unit in parallel (--threads), and one line per finished unit is
+  printed, also to the terminal when pip hides the build's output. Objects are kept in
+  build/objects-<variant>/ of the source tree, so a second install (an editable install
+  after a regular one, the test extras after the demo) recompiles only what changed.
 
 Environment
   SOFTSW_CPU_ONLY=1        build without the CUDA kernels.
-  SOFTSW_REQUIRE_CUDA=1    fail instead of falling back to a CPU-only build (CI, wheels).
-  TORCH_CUDA_ARCH_LIST     e.g. "9.0" or "8.0;9.0+PTX"; unset: DEFAULT_ARCH_LISTS below
-                           for the toolkit found (sm_80 and up, PTX for the newest).
+  SOFTSW_REQUIRE_CUDA=1    fail instead of falling back to a CPU-only build (CI, wheels);
+                           without TORCH_CUDA_ARCH_LIST it compiles the release list.
+  SOFTSW_RELEASE_ARCHS=1   compile the release wheels' architectures (when
+                           TORCH_CUDA_ARCH_LIST is unset), GPU or not.
+  TORCH_CUDA_ARCH_LIST     e.g. "9.0" or "8.0;9.0+PTX", or "native".
   SOFTSW_LOCAL_VERSION     a PEP 440 local tag ("cu126", "cpu", or "auto" for the one
                            this build implies) appended as 0.1.0+cu126. PyPI refuses
                            local versions: release builds for PyPI leave it unset.
   SOFTSW_PTXAS_VERBOSE=1   print register/shared-memory use of every kernel.
-  MAX_JOBS                 parallel compile jobs (ninja).
+  MAX_JOBS                 parallel compile jobs (ninja; default: every core).
 
 The base version lives in one place, `__version__` in src/softsw/__init__.py. The
 build writes softsw/_build_info.py (never committed) next to _C: what `softsw.build_info()`
@@ -28,6 +44,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -71,11 +88,11 @@ TORCH_TARGET_VERSION = f"0x{STABLE_ABI_TARGET[0]:02x}{STABLE_ABI_TARGET[1]:02x}0
 PY_LIMITED_API = "0x030A0000"
 PY_LIMITED_TAG = "cp310"
 
-# TORCH_CUDA_ARCH_LIST when unset, by toolkit (major, minor): sm_80 and up, each major
+# The release wheels' TORCH_CUDA_ARCH_LIST, by toolkit (major, minor): sm_80 and up, each major
 # family once (sm_80 SASS also runs on 8.6/8.9 cards, sm_86 is kept for its own tuning),
 # and PTX for the newest so that later GPUs can JIT it. Keep in step with the matrix of
 # .github/workflows/wheels.yml and docs/building-wheels.md.
-DEFAULT_ARCH_LISTS = [
+RELEASE_ARCH_LISTS = [
     ((13, 0), "8.0;8.6;9.0;10.0;11.0;12.0+PTX"),
     ((12, 8), "8.0;8.6;9.0;10.0;12.0+PTX"),
     ((11, 8), "8.0;8.6;9.0+PTX"),
@@ -105,38 +122,72 @@ def nvcc_version() -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def decide_cuda() -> tuple[bool, tuple[int, int] | None, str]:
-    """(build CUDA kernels?, toolkit version, why)."""
+def visible_gpu_archs() -> tuple[str, str]:
+    """("9.0;8.6", "NVIDIA H200 (9.0), ...") for the GPUs torch sees here; ("", "") if none."""
+    if not torch.cuda.is_available():
+        return "", ""
+    names, archs = [], []
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        names.append(f"{torch.cuda.get_device_name(index)} ({major}.{minor})")
+        if f"{major}.{minor}" not in archs:
+            archs.append(f"{major}.{minor}")
+    return ";".join(archs), ", ".join(names)
+
+
+def release_arch_list(toolkit: tuple[int, int]) -> str:
+    for minimum, archs in RELEASE_ARCH_LISTS:
+        if toolkit >= minimum:
+            return archs
+    raise SystemExit(f"setup.py: CUDA {toolkit} is older than 11.8; set TORCH_CUDA_ARCH_LIST")
+
+
+def requested_arch_list(toolkit: tuple[int, int]) -> tuple[str, str]:
+    """(TORCH_CUDA_ARCH_LIST to compile, or "" for none; where it comes from)."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if given and given != "native":
+        return given, "TORCH_CUDA_ARCH_LIST"
+    if given == "native":
+        archs, gpus = visible_gpu_archs()
+        if not archs:
+            raise SystemExit("setup.py: TORCH_CUDA_ARCH_LIST=native but torch sees no GPU here; "
+                             "name the architectures, e.g. TORCH_CUDA_ARCH_LIST=9.0")
+        return archs, f"TORCH_CUDA_ARCH_LIST=native: {gpus}"
+    for flag in ("SOFTSW_RELEASE_ARCHS", "SOFTSW_REQUIRE_CUDA"):
+        if env_flag(flag):
+            return release_arch_list(toolkit), f"{flag}=1: the release wheels' architectures"
+    archs, gpus = visible_gpu_archs()
+    return archs, f"the GPUs of this machine: {gpus}"
+
+
+def decide_cuda() -> tuple[bool, tuple[int, int] | None, str, str]:
+    """(build CUDA kernels?, toolkit version, TORCH_CUDA_ARCH_LIST, why)."""
     if env_flag("SOFTSW_CPU_ONLY"):
-        return False, None, "SOFTSW_CPU_ONLY=1"
+        return False, None, "", "SOFTSW_CPU_ONLY=1"
     toolkit = nvcc_version()
     if toolkit is None:
         why = ("no CUDA toolkit found (set CUDA_HOME, put nvcc on PATH or install to "
                "/usr/local/cuda)" if CUDA_HOME is None else f"no nvcc in CUDA_HOME={CUDA_HOME}")
-        return False, None, why
+        return False, None, "", why
     if torch.version.cuda is None:
-        return False, toolkit, f"torch {torch.__version__} is not a CUDA build"
-    return True, toolkit, f"CUDA toolkit {toolkit[0]}.{toolkit[1]} at {CUDA_HOME}"
+        return False, toolkit, "", f"torch {torch.__version__} is not a CUDA build"
+    archs, source = requested_arch_list(toolkit)
+    if not archs:
+        return False, toolkit, "", (
+            "no GPU visible and no GPU architecture asked for; to compile the CUDA kernels "
+            "set TORCH_CUDA_ARCH_LIST (e.g. 9.0) or SOFTSW_RELEASE_ARCHS=1")
+    return True, toolkit, archs, (f"CUDA toolkit {toolkit[0]}.{toolkit[1]} at {CUDA_HOME}; "
+                                  f"architectures {archs} from {source}")
 
 
-WITH_CUDA, CUDA_TOOLKIT, CUDA_REASON = decide_cuda()
+WITH_CUDA, CUDA_TOOLKIT, ARCH_LIST, CUDA_REASON = decide_cuda()
 if not WITH_CUDA and env_flag("SOFTSW_REQUIRE_CUDA"):
     raise SystemExit(f"setup.py: SOFTSW_REQUIRE_CUDA=1 but the CUDA kernels cannot be built: "
                      f"{CUDA_REASON}")
+if WITH_CUDA:
+    # torch.utils.cpp_extension reads the architectures from the environment.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
 print(f"softsw setup: {'CUDA + CPU' if WITH_CUDA else 'CPU-only'} build ({CUDA_REASON})")
-
-
-def cuda_arch_list() -> str:
-    """TORCH_CUDA_ARCH_LIST as given, or our default for this toolkit (then exported,
-    since torch.utils.cpp_extension reads it from the environment)."""
-    given = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
-    if given and given != "native":
-        return given
-    for minimum, archs in DEFAULT_ARCH_LISTS:
-        if CUDA_TOOLKIT >= minimum:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = archs
-            return archs
-    raise SystemExit(f"setup.py: CUDA {CUDA_TOOLKIT} is older than 11.8; set TORCH_CUDA_ARCH_LIST")
 
 
 def compiled_archs() -> tuple[list[str], list[str]]:
@@ -161,6 +212,9 @@ def local_version_label() -> str:
     label = os.environ.get("SOFTSW_LOCAL_VERSION", "").strip().lower()
     if label == "auto":
         label = f"cu{CUDA_TOOLKIT[0]}{CUDA_TOOLKIT[1]}" if WITH_CUDA else "cpu"
+    if label.startswith("cu") and not WITH_CUDA:
+        raise SystemExit(f"setup.py: SOFTSW_LOCAL_VERSION={label} names a CUDA build, but this "
+                         f"build is CPU-only ({CUDA_REASON})")
     if label and not re.fullmatch(r"[a-z0-9]+(?:[._][a-z0-9]+)*", label):
         raise SystemExit(f"setup.py: SOFTSW_LOCAL_VERSION={label!r} is not a PEP 440 local label")
     return label
@@ -202,17 +256,15 @@ def extension():
     ] + defines + cuda_defines
     if env_flag("SOFTSW_PTXAS_VERBOSE"):
         nvcc.append("-Xptxas=-v")
+    # nvcc compiles one architecture after another unless told to run them in parallel.
+    sass, ptx = compiled_archs()
+    nvcc.append(f"--threads={max(1, min(len(sass) + len(ptx), os.cpu_count() or 1))}")
     return CUDAExtension(
         f"{PACKAGE}._C",
         sources + cuda_sources,
         extra_compile_args={"cxx": cxx + cuda_defines, "nvcc": nvcc},
         py_limited_api=True,
     )
-
-
-if WITH_CUDA:
-    ARCH_LIST = cuda_arch_list()
-    print(f"softsw setup: TORCH_CUDA_ARCH_LIST={ARCH_LIST}")
 
 
 def build_info() -> dict:
@@ -240,11 +292,98 @@ BUILD_INFO = {info!r}
 '''
 
 
+def report_progress(line: str) -> None:
+    """Print a build progress line; when stdout is not a terminal (pip captures it and
+    shows only "still running..." unless -v), also to the terminal pip runs in, if any."""
+    print(line, flush=True)
+    if sys.stdout.isatty():
+        return
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(line + "\n")
+    except OSError:  # no terminal (CI, build services): the captured stdout has it
+        pass
+
+
+NINJA_STATUS_MARK = "softsw-unit "
+
+
+def run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: str) -> None:
+    """torch.utils.cpp_extension._run_ninja_build, reporting one line per compiled unit
+    instead of passing the whole ninja -v stream (every full compile command) on."""
+    jobs = os.environ.get("MAX_JOBS", "")
+    jobs_flag = ["-j", jobs] if jobs.isdigit() else []
+    env = dict(os.environ, NINJA_STATUS=f"{NINJA_STATUS_MARK}[%f/%t %es] ")
+    planned = subprocess.run(["ninja", "-n"] + jobs_flag, cwd=build_directory, env=env,
+                             capture_output=True, text=True)
+    units = [compiled_unit(line) for line in planned.stdout.splitlines()
+             if line.startswith(NINJA_STATUS_MARK)]
+    if not units:
+        report_progress(f"softsw build: every unit is up to date in {build_directory}")
+    else:
+        report_progress(f"softsw build: compiling {len(units)} units with "
+                        f"{jobs or os.cpu_count()} parallel jobs: {', '.join(units)}")
+    output = []
+    sys.stdout.flush()
+    with subprocess.Popen(["ninja", "-v"] + jobs_flag, cwd=build_directory, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as ninja:
+        for line in ninja.stdout:
+            output.append(line)
+            match = re.match(re.escape(NINJA_STATUS_MARK) + r"\[(\d+)/(\d+) ([\d.]+)s\] (.*)", line)
+            if match:
+                done, total, seconds, command = match.groups()
+                report_progress(f"softsw build: [{done}/{total}] {compiled_unit(command)} "
+                                f"done, {float(seconds):.0f} s since the start")
+            elif not line.startswith("ninja: no work to do"):
+                sys.stdout.write(line)  # compiler warnings and errors, as they come
+    if ninja.returncode != 0:
+        raise RuntimeError(f"{error_prefix}: {''.join(output)}")
+
+
+def compiled_unit(line: str) -> str:
+    """The source file that a ninja status line or compile command compiles."""
+    match = re.search(r" -c (\S+) -o ", line)
+    if not match:
+        return line.strip()[:80]
+    source = Path(match.group(1))
+    try:
+        return source.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return source.as_posix()
+
+
+def install_ninja_progress() -> None:
+    """Route torch's ninja run through run_ninja_with_progress, if torch still has the
+    private function it calls (name and arguments); otherwise leave torch's own."""
+    import inspect
+
+    from torch.utils import cpp_extension
+
+    original = getattr(cpp_extension, "_run_ninja_build", None)
+    if original is None:
+        return
+    if list(inspect.signature(original).parameters) == ["build_directory", "verbose",
+                                                        "error_prefix"]:
+        cpp_extension._run_ninja_build = run_ninja_with_progress
+
+
 class BuildExt(BuildExtension):
-    """torch's BuildExtension, plus softsw/_build_info.py written beside _C: into the build
-    tree (wheels) and, for in-place and editable builds, into src/softsw."""
+    """torch's BuildExtension, plus
+    * objects in a persistent build/objects-<variant>/ of the source tree (editable installs
+      would otherwise compile in a fresh temporary folder every time), so that ninja
+      recompiles only what changed;
+    * one progress line per compiled unit (run_ninja_with_progress);
+    * softsw/_build_info.py written beside _C: into the build tree (wheels) and, for
+      in-place and editable builds, into src/softsw."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        variant = "cuda-" + re.sub(r"[^0-9A-Za-z.+]+", "_", ARCH_LIST) if WITH_CUDA else "cpu"
+        self.build_temp = str(ROOT / "build" / f"objects-{variant}")
 
     def run(self):
+        install_ninja_progress()
         super().run()
         text = BUILD_INFO_TEMPLATE.format(info=build_info())
         targets = [Path(self.build_lib) / PACKAGE / "_build_info.py"]

@@ -5,7 +5,8 @@
 #   scripts/build_wheel.sh [--cpu] [--out DIR] [--keep]
 #       Build the wheel here against the torch of $PYTHON (default: python3), with the CUDA
 #       kernels when a toolkit is found (SOFTSW_REQUIRE_CUDA=1 makes that a must; --cpu
-#       builds without them). Builds from a clean copy of the tree (git's tracked and
+#       builds without them), for TORCH_CUDA_ARCH_LIST or else the release architectures
+#       (SOFTSW_RELEASE_ARCHS=1, whether or not this machine has a GPU). Builds from a clean copy of the tree (git's tracked and
 #       untracked-not-ignored files), never touching an editable install in it; then
 #       `repair` and `check` below. The wheel lands in DIR (default: dist/).
 #       Honours TORCH_CUDA_ARCH_LIST, SOFTSW_LOCAL_VERSION, MAX_JOBS (see setup.py).
@@ -154,6 +155,9 @@ build_local() {
     esac
     shift
   done
+  # A wheel is for other machines: without TORCH_CUDA_ARCH_LIST, compile the release
+  # wheels' architectures, not (as a plain source build would) only this machine's GPUs.
+  [[ -n "${SOFTSW_CPU_ONLY:-}" ]] || export SOFTSW_RELEASE_ARCHS="${SOFTSW_RELEASE_ARCHS:-1}"
   mkdir -p "$out"
   out="$(cd "$out" && pwd)"
   BUILD_TREE="$(mktemp -d "${TMPDIR:-/tmp}/softsw-wheel.XXXXXX")"
