@@ -1,20 +1,24 @@
 """Align two protein sequences with softsw and show what it computes.
 
-    python -m softsw.demo                                  # two human globins, BLOSUM62
-    python -m softsw.demo --query HEAGAWGHEE --target PAWHEAE --temperature 2
-    python -m softsw.demo --device cuda --gap-open -11 --gap-extend -1
+    softsw demo                                  # two human globins, BLOSUM62
+    softsw demo --plot alignment.png             # ... and draw the expected alignment
+    softsw demo --query HEAGAWGHEE --target PAWHEAE --temperature 2
+    softsw demo --device cuda --gap-open -11 --gap-extend -1
 
-It prints the hard Smith-Waterman score (temperature 0) and the optimal local
-alignment recovered from ``softsw.alignment(..., temperature=0)`` (the 0/1
-traceback matrix), the soft score at the chosen temperature with a text
-heat-map of the expected alignment (``d score / d S``) and its most probable
-matched pairs, and, when Biopython is installed, Biopython's local alignment
-score for comparison.
+(``python -m softsw.demo`` is the same.) It prints the hard Smith-Waterman score
+(temperature 0) and the optimal local alignment recovered from
+``softsw.alignment(..., temperature=0)`` (the 0/1 traceback matrix), the soft
+score at the chosen temperature with a text heat-map of the expected alignment
+(``d score / d S``) and its most probable matched pairs, and, when Biopython is
+installed, Biopython's local alignment score for comparison. ``--plot FILE.png``
+draws the expected alignment as a picture, the optimal path over it (needs
+matplotlib: ``pip install 'softsw[plot]'``).
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -30,6 +34,8 @@ HBB_HUMAN = ("MVHLTPEEKSAVTALWGKVNVDEVGGEALGRLLVVYPWTQRFFESFGDLSTPDAVMGNPKVKAHGK
              "LKGTFATLSELHCDKLHVDPENFRLLGNVLVCVLAHHFGKEFTPPVQAAYQKVVAGVANALAHKYH")
 
 Pair = Tuple[int, int]
+
+PLOT_INSTALL_HINT = "pip install 'softsw[plot]'  (or: pip install matplotlib)"
 
 
 # --------------------------------------------------------------------------
@@ -202,6 +208,82 @@ def top_matches(expected: torch.Tensor, query: str, target: str, path: Sequence[
 
 
 # --------------------------------------------------------------------------
+# The soft alignment as a picture (matplotlib).
+# --------------------------------------------------------------------------
+
+
+def _tick_step(length: int, most: int = 16) -> int:
+    """Label every residue of a short sequence; of a long one, every 5th, 10th, 20th,
+    50th, ... position, whichever keeps the labels to at most ``most``."""
+    if length <= 60:
+        return 1
+    for step in (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000):
+        if length <= most * step:
+            return step
+    return 10 ** len(str(length))
+
+
+def _residue_ticks(seq: str):
+    """(tick positions, labels): the residue letters of a short sequence; ``L10``-style
+    labels (residue and 1-based position) every few positions of a long one."""
+    step = _tick_step(len(seq))
+    if step == 1:
+        return list(range(len(seq))), list(seq)
+    positions = [0] + list(range(step - 1, len(seq), step))
+    return positions, [f"{seq[k]}{k + 1}" for k in positions]
+
+
+def plot_alignment(path: str, expected: torch.Tensor, pairs: Sequence[Pair], query: str,
+                   target: str, *, title: str,
+                   names: Tuple[str, str] = ("query", "target")) -> None:
+    """Draw an ``(M, N)`` expected alignment as a heat-map (rows: query, columns: target),
+    the matched pairs of the optimal path as a line over it, and a colour bar; save to
+    ``path`` (the format follows its suffix)."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+
+    e = expected.detach().to("cpu", torch.float64).numpy()
+    m, n = e.shape
+    cell = min(0.3, 7.5 / max(m, n))  # inches per residue: large plots stay on a page
+    # At least 6.5 inches wide, so that the title fits above short sequences.
+    fig = Figure(figsize=(max(6.5, n * cell + 2.6), m * cell + 2.3), dpi=150,
+                 layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(e, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest",
+                      aspect="equal")
+    if pairs:
+        rows, cols = zip(*pairs)
+        ax.plot(cols, rows, color="tab:red", linewidth=0.8, alpha=0.9,
+                marker="o" if len(pairs) <= 60 else None, markersize=3,
+                label="optimal alignment (temperature 0):\nthe line through its matched pairs")
+        fig.legend(loc="outside lower center", fontsize=8, frameon=False)
+    for axis, seq, set_ticks in ((ax.xaxis, target, ax.set_xticks),
+                                 (ax.yaxis, query, ax.set_yticks)):
+        positions, labels = _residue_ticks(seq)
+        set_ticks(positions, labels, fontsize=7 if len(positions) > 20 else 8,
+                  fontfamily="monospace")
+    ax.xaxis.tick_top()
+    ax.xaxis.set_label_position("top")
+    ax.set_xlabel(f"{names[1]} ({n} residues)")
+    ax.set_ylabel(f"{names[0]} ({m} residues)")
+    bar = fig.colorbar(image, ax=ax, shrink=0.8)
+    bar.set_label("P(query i matched with target j) = d score / d S")
+    fig.suptitle(title, fontsize=9)
+    fig.savefig(path)
+
+
+def _plot_title(args, matrix: scoring.SubstitutionMatrix, hard: float,
+                soft: Optional[float]) -> str:
+    gaps = (f"gap {args.gap_open:g}" if args.gap_extend is None
+            else f"gap open {args.gap_open:g}, extend {args.gap_extend:g}")
+    setting = f"{matrix.name or args.matrix}, {gaps}"
+    if soft is None:
+        return f"softsw: the optimal local alignment, score {hard:g} ({setting})"
+    return (f"softsw: expected alignment at temperature {args.temperature:g} "
+            f"(soft score {soft:.2f}, reduction {args.reduction})\n"
+            f"and the optimal path at temperature 0 (score {hard:g}); {setting}")
+
+
+# --------------------------------------------------------------------------
 # Biopython, when installed.
 # --------------------------------------------------------------------------
 
@@ -231,7 +313,7 @@ def biopython_score(query: str, target: str, matrix: scoring.SubstitutionMatrix,
 def _parser() -> argparse.ArgumentParser:
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     p = argparse.ArgumentParser(
-        prog="python -m softsw.demo",
+        prog="softsw demo",
         description="Align two protein sequences with softsw: hard and soft Smith-Waterman "
                     "scores, the optimal local alignment, and the expected (soft) alignment.")
     p.add_argument("--query", default=HBA_HUMAN,
@@ -259,7 +341,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                    help="dtype of the score matrix (default: float32)")
     p.add_argument("--top", type=int, default=10,
-                   help="how many of the most probable matched pairs to list (default: 10)")
+                   help="how many of the most probable matched pairs to list, >= 1 "
+                        "(default: 10)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the expected alignment as a heat-map with the optimal "
+                        "path over it, into this image file (.png, .pdf or .svg; needs "
+                        "matplotlib: " + PLOT_INSTALL_HINT + ")")
     return p
 
 
@@ -267,27 +354,83 @@ def _clean(seq: str) -> str:
     return "".join(seq.split()).upper()
 
 
+def _check_letters(option: str, seq: str, matrix: scoring.SubstitutionMatrix,
+                   unknown: Optional[str]) -> Optional[str]:
+    """A CLI-worded complaint about the first letter of ``seq`` that the matrix lacks
+    (None when every letter is scored, or ``--unknown`` stands in for the others)."""
+    if unknown is not None:
+        return None
+    known = set(matrix.alphabet)
+    for pos, letter in enumerate(seq):
+        if letter not in known:
+            return (f"{option}: letter {letter!r} at position {pos + 1} is not in the alphabet "
+                    f"of {matrix.name or 'the matrix'} ({matrix.alphabet}); pass --unknown X to "
+                    f"score such letters as X (or as another letter of the alphabet)")
+    return None
+
+
+def _check_plot_target(path: str) -> Optional[str]:
+    """A complaint about ``--plot PATH`` (None if it can be written), checked before any
+    work is done, matplotlib included."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".png", ".pdf", ".svg"):
+        return f"--plot: {path!r} must end in .png, .pdf or .svg"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"--plot: the folder {folder!r} does not exist"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return f"--plot needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}"
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     query, target = _clean(args.query), _clean(args.target)
-    if not query or not target:
-        parser.error("--query and --target must be non-empty")
+    if not query:
+        parser.error("--query must have at least one letter")
+    if not target:
+        parser.error("--target must have at least one letter")
     if not (args.temperature >= 0) or math.isinf(args.temperature):
-        parser.error("--temperature must be a finite number >= 0")
+        parser.error(f"--temperature must be a finite number >= 0, got {args.temperature:g}")
+    for option, value in (("--gap-open", args.gap_open), ("--gap-extend", args.gap_extend)):
+        if value is not None and not math.isfinite(value):
+            parser.error(f"{option} must be a finite number, got {value:g}")
+    if args.top < 1:
+        parser.error(f"--top must be a positive number of pairs, got {args.top}")
+    if args.plot is not None:
+        problem = _check_plot_target(args.plot)
+        if problem:
+            parser.error(problem)
     try:
         device = torch.device(args.device)
-    except RuntimeError as err:
-        parser.error(f"--device: {err}")
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        parser.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available to PyTorch here")
     dtype = getattr(torch, args.dtype)
     try:
         matrix = scoring.as_matrix(args.matrix)
-        scores = scoring.score_matrix(query, target, matrix, unknown=args.unknown,
+    except (ValueError, OSError) as err:
+        parser.error(f"--matrix: {_without_prefix(err)}")
+    if args.unknown is not None and (len(args.unknown) != 1
+                                     or args.unknown.upper() not in matrix.alphabet):
+        parser.error(f"--unknown must be one letter of the alphabet of "
+                     f"{matrix.name or 'the matrix'} ({matrix.alphabet}), got {args.unknown!r}")
+    unknown = None if args.unknown is None else args.unknown.upper()
+    for option, seq in (("--query", query), ("--target", target)):
+        problem = _check_letters(option, seq, matrix, unknown)
+        if problem:
+            parser.error(problem)
+    try:
+        scores = scoring.score_matrix(query, target, matrix, unknown=unknown,
                                       device=device, dtype=dtype)
     except (ValueError, OSError) as err:
-        parser.error(str(err))
+        parser.error(_without_prefix(err))
 
     gap_open, gap_extend = args.gap_open, args.gap_extend
     gaps = ("linear gaps" if gap_extend is None
@@ -306,6 +449,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
 
 
+def _without_prefix(err: Exception) -> str:
+    """An error of softsw's Python layer without its "softsw.scoring: " origin."""
+    text = str(err)
+    return text.split(": ", 1)[1] if text.startswith("softsw") and ": " in text else text
+
+
+def _positive_gaps(gap_open: float, gap_extend: Optional[float]) -> bool:
+    return gap_open > 0 or (gap_extend is not None and gap_extend > 0)
+
+
 def _run(args, query, target, matrix, scores, device) -> int:
     gap_open, gap_extend, temperature = args.gap_open, args.gap_extend, args.temperature
     # Hard Smith-Waterman: the exact best local alignment.
@@ -317,6 +470,13 @@ def _run(args, query, target, matrix, scores, device) -> int:
     if pairs:
         print(f"  recomputed from the alignment below   "
               f"{path_score(scores, pairs, gap_open, gap_extend):g}")
+    if _positive_gaps(gap_open, gap_extend):
+        print("  Note: a positive gap score adds to a path's score, so the optimal path may\n"
+              "  begin or end with gaps (or hold gaps only) and, with affine gaps, split a gap\n"
+              "  into several runs. The 0/1 traceback records matched pairs only: the\n"
+              "  alignment below and the score recomputed from it leave those gaps out, and\n"
+              "  Biopython, which treats gaps at the ends of a local alignment otherwise, may\n"
+              "  differ too. Gap scores <= 0 (penalties) are the usual choice.")
     if args.unknown is not None:  # Biopython rejects letters outside the alphabet
         known = set(matrix.alphabet)
         bio_q, bio_t = ("".join(c if c in known else args.unknown.upper() for c in s)
@@ -343,6 +503,10 @@ def _run(args, query, target, matrix, scores, device) -> int:
     print()
 
     if temperature == 0:
+        if args.plot:
+            plot_alignment(args.plot, traceback, pairs, query, target,
+                           title=_plot_title(args, matrix, hard, None))
+            print(f"Wrote {args.plot}: the optimal alignment (temperature 0)")
         return 0
 
     # Soft Smith-Waterman at the chosen temperature.
@@ -364,6 +528,12 @@ def _run(args, query, target, matrix, scores, device) -> int:
         print()
         print("The most probable pairs that the optimal alignment does not match:")
         print(top_matches(expected, query, target, pairs, max(1, args.top // 2), off_path=True))
+    if args.plot:
+        plot_alignment(args.plot, expected, pairs, query, target,
+                       title=_plot_title(args, matrix, hard, float(soft)))
+        print()
+        print(f"Wrote {args.plot}: the expected alignment at temperature {temperature:g}, "
+              f"the optimal path (temperature 0) over it")
     return 0
 
 
