@@ -1,4 +1,4 @@
-"""Benchmark softsw against its baselines: ``python -m softsw.bench`` (issue 3).
+"""Benchmark softsw against its baselines: ``python -m softsw.bench`` (or ``softsw bench``).
 
 For every shape ``BxMxN`` and mode, one row per method:
 
@@ -9,7 +9,8 @@ For every shape ``BxMxN`` and mode, one row per method:
 * G cells/s = B*M*N / seconds / 1e9;
 * peak memory: ``torch.cuda.max_memory_allocated`` during one call, minus what
   was allocated before it (for JAX, XLA's compiled memory figure);
-* "softsw x": this baseline's time over softsw's, measured in the same run;
+* "softsw x": this baseline's time over softsw's, measured in the same run
+  (how many times faster softsw is);
 * check: the largest difference of the scores (and, in training, of the
   gradients) from the reference method of the group (the anti-diagonal
   version when it ran, else JAX), relative to max(1, |reference|).
@@ -988,8 +989,9 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
           f"{meta.get('dtype', '')}, gap {meta.get('gap_open')}"
           + (f"/{meta['gap_extend']}" if meta.get("gap_extend") is not None else "")
           + f", T={meta.get('temperature')}, reduction {meta.get('reduction')}")
-    print("median: CUDA events per call (JAX and CPU: wall clock); softsw x = this method's "
-          "time / softsw's; check: |score - ref| / max(1,|ref|) [/ max |grad - ref grad|]")
+    print("median: CUDA events per call (JAX and CPU: wall clock); softsw x: this method's "
+          "time / softsw's time, same run (how many times faster softsw is); "
+          "check: |score - ref| / max(1,|ref|) [/ max |grad - ref grad|]")
     header = " ".join(name.ljust(width) if width else name for name, width in _COLUMNS)
     print(header)
     print("-" * len(header))
@@ -1002,7 +1004,7 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
     if unsupported:
         print("not run (unsupported): " + "; ".join(
             f"{m}: {', '.join(sorted(why))}" for m, why in unsupported.items()))
-    # Distance to the floor (GPU inference) and the issue's targets.
+    # Distance to the floor (GPU inference) and the targets.
     sw = [r for r in rows if r.method == "softsw" and r.status == "ok"]
     floor_inference, floor_training, bytes_per_cell = floors(meta.get("gap_extend") is not None)
     lines = []
@@ -1034,14 +1036,27 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
 # --------------------------------------------------------------------------
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help unless the help states its default
+    or there is none to state (None, or False for a flag)."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "") or action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m softsw.bench",
         description="Benchmark softsw against the anti-diagonal PyTorch version, JAX and a "
-                    "naive CUDA kernel (issue 3).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--shapes", help="comma-separated BxMxN[@cpu|@cuda]; default: the issue-3 "
-                   "list plus a CPU row (or a CPU list with --device cpu)")
+                    "naive CUDA kernel.",
+        epilog="In the table, 'softsw x' is a baseline's time over softsw's, measured in the "
+               "same run: how many times faster softsw is.",
+        formatter_class=_HelpFormatter)
+    p.add_argument("--shapes", help="comma-separated BxMxN[@cpu|@cuda]; default: "
+                   + ISSUE_SHAPES + " plus a CPU row 64x256x256@cpu (with --device cpu: "
+                   + DEFAULT_CPU_SHAPES + ")")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="device of shapes without @ (default: cuda if available)")
     p.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
@@ -1084,8 +1099,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer-bytes", type=float, default=2e9,
                    help="cap on the bytes of rotated input buffers")
     p.add_argument("--cpu-threads", type=int, default=2,
-                   help="torch threads for CPU rows (issue 3's CPU target is 2 cores); 0, or "
-                        "at least the machine's core count: leave torch's default")
+                   help="torch threads for CPU rows (default 2: CPU figures are for 2 cores); "
+                        "0, or at least the machine's core count: leave torch's default")
     p.add_argument("--flush-denormal", action="store_true",
                    help="torch.set_flush_denormal(True) for CPU rows")
     p.add_argument("--seed", type=int, default=0)
