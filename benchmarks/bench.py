@@ -1,4 +1,4 @@
-"""The benchmark of issue 3: ``python benchmarks/bench.py [options]``.
+"""The softsw benchmark: ``python benchmarks/bench.py [options]``.
 
 A thin wrapper around ``python -m softsw.bench`` (src/softsw/bench.py), which has
 the options (``--help``), the method and the output; this file only points it

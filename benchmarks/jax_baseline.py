@@ -1,8 +1,8 @@
 """JAX baseline for the benchmark: soft Smith-Waterman as a ``lax.scan`` over
 anti-diagonals, gradients by ``jax.grad``.
 
-This is what a user without softsw would write in JAX (the "about 1.5 G
-cells/s forward" of issue 3). Same recurrence and score as SPEC.md §1–2 for
+This is what a user without softsw would write in JAX (about 1.5 G cells/s
+forward). Same recurrence and score as docs/semantics.md for
 float gap scores: linear gaps (one state) or affine (``gap_extend`` given;
 states D, U, L, C and the C' nodes), ``temperature > 0`` or ``0`` (plain max;
 at ties ``jax.grad`` splits the gradient, where softsw picks one path), and

@@ -1,7 +1,7 @@
 """The naive CUDA baseline: one block per pair, one thread per DP row.
 
-The design that simple soft Smith-Waterman CUDA code ships (and that issue 3
-asks softsw to beat): for pair ``b`` a block of ``M`` threads (rounded up to a
+The design that simple soft Smith-Waterman CUDA code ships (and that softsw
+sets out to beat): for pair ``b`` a block of ``M`` threads (rounded up to a
 warp) walks the ``M + N - 1`` anti-diagonals; thread ``t`` owns row
 ``i = t + 1`` and computes cell ``(i, d - i)`` of diagonal ``d``. The last
 three diagonals of ``H`` live in shared memory (``3 (M + 1)`` floats), one

@@ -3,9 +3,10 @@
     python benchmarks/plot.py bench.json -o plot.png [--device cuda]
 
 One panel per mode (inference, training); one line per method (softsw and each
-baseline), the x axis the sequence length M (the shapes of issue 3 are square;
+baseline), the x axis the sequence length M (the benchmark's shapes are square;
 each point is labelled with its batch size), both axes logarithmic. Dashed
-lines: the floors of docs/benchmarks.md (GPU); dotted: the issue-3 targets.
+lines: the floors of docs/benchmarks.md (GPU); dotted: softsw's performance
+targets (docs/benchmarks.md).
 Failed and skipped rows are left out.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ FLOORS = {
     "inference": [(1045.0, "floor: SFU 1045 (4 MUFU ops/cell), HBM 1075 (4 B/cell)")],
     "training": [(215.0, "HBM floor (20 B/cell fwd+bwd)")],
 }
-# Issue-3 targets: (from length, to length, G cells/s).
+# softsw's performance targets: (from length, to length, G cells/s).
 TARGETS = {"inference": [(128, 1024, 500.0), (4096, 16384, 300.0)],
            "training": [(128, 1024, 150.0), (4096, 16384, 80.0)]}
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
                         transform=ax.get_yaxis_transform())
             for lo, hi, value in TARGETS.get(mode, []):
                 ax.hlines(value, lo / 1.3, hi * 1.3, colors="C0", linestyles=":", linewidth=1.5)
-            ax.plot([], [], "C0:", label="issue-3 target")
+            ax.plot([], [], "C0:", label="softsw target")
         ax.set_xscale("log", base=2)
         xs_all = [r["rows"] for r in rows] or [16, 16384]
         ax.set_xlim(min(xs_all) / 1.6, max(xs_all) * 2.2)
