@@ -3,6 +3,7 @@
     softsw demo [OPTIONS]     align two protein sequences (python -m softsw.demo)
     softsw info [--json]      how this softsw was built, and the GPUs it sees
     softsw bench [OPTIONS]    benchmark softsw against its baselines
+    softsw search Q.fasta T.fasta [OPTIONS]   all-against-all search, best hits as a table
     softsw SUBCOMMAND --help  the options of one subcommand
 
 Each subcommand is a module with a ``main(argv) -> int``; adding one is one entry in
@@ -21,6 +22,8 @@ SUBCOMMANDS: Dict[str, Tuple[str, str]] = {
     "info": ("softsw.info.__main__", "how this softsw was built, and whether it fits the "
                                      "torch and GPUs here"),
     "bench": ("softsw.bench", "benchmark softsw against its baselines"),
+    "search": ("softsw.seqsearch", "score every query of a FASTA file against every target "
+                                   "of another; write the best hits as a table"),
 }
 
 

@@ -1,0 +1,716 @@
+"""All-against-all scoring of sequence sets: :func:`softsw.search` and ``softsw search``.
+
+    import softsw
+    hits = softsw.search(queries, targets, matrix="BLOSUM62", gap_open=-11.0,
+                         gap_extend=-1.0, top=10, alignments=True)
+    hits.scores[q], hits.indices[q]           # the best 10 targets of query q
+    hits.alignments[q][0].query_aligned       # and how the best one aligns
+
+Every query is scored against every target. The score matrices are built on
+the device block by block, never all at once:
+
+* **Length buckets.** Queries and targets are sorted by length and cut into
+  buckets whose lengths differ by at most about 10 %; a block pairs one query
+  bucket with one target bucket, so the padding of a block is small.
+* **Memory budget.** A block is cut into kernel calls of at most
+  ``batch_cells`` padded cells; by default as many as fit in
+  ``memory_budget`` (bytes, or a fraction of the device's free memory;
+  default :data:`DEFAULT_MEMORY_FRACTION`).
+* **Streaming top-k.** Each call's scores are merged into a running top-k per
+  query (or written into the full ``(Q, T)`` matrix with ``top=None``).
+* **Deterministic.** A pair's score does not depend on the block it was
+  computed in, and hits are ordered by score, then target index: the same
+  hits in the same order whatever ``batch_cells``, the device's free memory,
+  or the number of processes. (With embeddings, the similarities come from a
+  matrix product whose rounding may depend on the block's shape: scores can
+  then differ in the last bits between splits.)
+* **Distributed.** Under ``torch.distributed`` (e.g. ``torchrun``) the blocks
+  are shared among the ranks of ``process_group`` (default: the default group
+  when one is initialised) and the results gathered: every rank returns what
+  one process would.
+
+Gap scores follow :func:`softsw.align`: a gap of length ``k`` scores
+``gap_open + (k - 1) * gap_extend`` (Biopython's ``open_gap_score`` and
+``extend_gap_score``). BLAST's ``-gapopen 11 -gapextend 1`` is ``gap_open=-12,
+gap_extend=-1`` here.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import scoring
+from .api import align, alignment
+
+__all__ = ["search", "SearchResult", "Alignment", "DEFAULT_MEMORY_FRACTION", "main"]
+
+#: The share of the device's free memory (CUDA: ``torch.cuda.mem_get_info``;
+#: CPU: available physical memory) that a search uses when no
+#: ``memory_budget`` is given.
+DEFAULT_MEMORY_FRACTION = 0.5
+
+# Lengths in one bucket stay within this ratio of the bucket's shortest (or
+# _BUCKET_SLACK residues of it, for short sequences): padding costs < ~10 %.
+_BUCKET_RATIO = 1.1
+_BUCKET_SLACK = 8
+
+
+# --------------------------------------------------------------------------
+# Results.
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The optimal local alignment of one hit (hard mode).
+
+    Coordinates are 0-based, ends exclusive: ``query[query_start:query_end]``
+    is the aligned part of the query. ``query_aligned`` and ``target_aligned``
+    are equally long, with ``-`` for gaps; between two matched pairs the
+    query's unmatched residues are written before the target's.
+    """
+
+    score: float
+    query_start: int
+    query_end: int
+    target_start: int
+    target_end: int
+    identities: int      # matched pairs with the same letter
+    length: int          # alignment columns (matched pairs and gap positions)
+    query_aligned: str
+    target_aligned: str
+
+    @property
+    def identity(self) -> float:
+        """Identities per alignment column (0 for an empty alignment)."""
+        return self.identities / self.length if self.length else 0.0
+
+
+@dataclass
+class SearchResult:
+    """What :func:`search` returns.
+
+    Attributes:
+        scores: ``(Q, k)`` best scores of each query, best first (``k =
+            min(top, T)``); or the full ``(Q, T)`` matrix for ``top=None``.
+            On the CPU, float32 (float64 for float64 input).
+        indices: ``(Q, k)`` int64 target index of each score (ties: the lower
+            target index first); ``None`` for the full matrix.
+        alignments: with ``alignments=True``: ``alignments[q][r]`` is the
+            :class:`Alignment` of ``scores[q, r]``; otherwise ``None``.
+    """
+
+    scores: torch.Tensor
+    indices: Optional[torch.Tensor]
+    alignments: Optional[List[List[Alignment]]] = None
+
+    def hits(self) -> Iterator[Tuple[int, int, float, Optional[Alignment]]]:
+        """``(query, target, score, alignment or None)`` for every hit, query
+        by query, best first."""
+        if self.indices is None:
+            raise ValueError("softsw.search: hits() needs a top-k result (top=None "
+                             "returned the full score matrix)")
+        for q in range(self.scores.shape[0]):
+            for r in range(self.scores.shape[1]):
+                found = self.alignments[q][r] if self.alignments is not None else None
+                yield q, int(self.indices[q, r]), float(self.scores[q, r]), found
+
+
+# --------------------------------------------------------------------------
+# Inputs: sequences (with a substitution matrix) or per-residue embeddings.
+# --------------------------------------------------------------------------
+
+
+class _Set:
+    """One side of the search on the device: tokens (sequences) or
+    embeddings, and the lengths."""
+
+    def __init__(self, items, what, matrix, unknown, device):
+        if isinstance(items, (str, torch.Tensor)) or not hasattr(items, "__len__"):
+            raise TypeError(f"softsw.search: `{what}` must be a list of sequences (strings) "
+                            f"or of (L, D) embedding tensors, got {type(items).__name__}")
+        items = list(items)
+        self.what = what
+        self.embedded = bool(items) and isinstance(items[0], torch.Tensor)
+        if self.embedded:
+            for i, e in enumerate(items):
+                if not isinstance(e, torch.Tensor) or e.dim() != 2 or \
+                        not e.dtype.is_floating_point:
+                    raise TypeError(f"softsw.search: `{what}[{i}]` must be a floating-point "
+                                    f"(L, D) tensor like `{what}[0]`")
+                if e.shape[1] != items[0].shape[1]:
+                    raise ValueError(f"softsw.search: `{what}[{i}]` has D = {e.shape[1]}, "
+                                     f"`{what}[0]` has D = {items[0].shape[1]}")
+            self.embeddings = items
+            self.lengths = torch.tensor([e.shape[0] for e in items], dtype=torch.int64)
+            self.sequences = None
+        else:
+            self.sequences = [scoring._as_string(s, f"{what} {i}") for i, s in enumerate(items)]
+            tokens, self.lengths = scoring.encode(self.sequences, matrix.alphabet,
+                                                  unknown=unknown, what=what[:-1])
+            self.tokens = tokens.to(device)
+        if not len(self):
+            self.lengths = torch.zeros(0, dtype=torch.int64)
+
+    def __len__(self):
+        return int(self.lengths.shape[0])
+
+    def rows(self, index: torch.Tensor, width: int, device, dtype=None) -> torch.Tensor:
+        """Tokens ``(n, width)`` or padded embeddings ``(n, width, D)`` of ``index``."""
+        if not self.embedded:
+            return self.tokens[index.to(self.tokens.device), :width]
+        picked = [self.embeddings[i] for i in index.tolist()]
+        out = torch.zeros(len(picked), width, picked[0].shape[1], device=device, dtype=dtype)
+        for k, e in enumerate(picked):
+            out[k, :e.shape[0]] = e.to(device=device, dtype=dtype)
+        return out
+
+
+def _pair_scores(queries: _Set, targets: _Set, q_index, t_index, rows, cols, matrix,
+                 similarity, device, dtype) -> torch.Tensor:
+    """``(len(q_index) * len(t_index), rows, cols)`` score matrices of every
+    query of ``q_index`` against every target of ``t_index`` (query-major)."""
+    if queries.embedded:
+        a = queries.rows(q_index, rows, device, dtype)
+        b = targets.rows(t_index, cols, device, dtype)
+        if similarity == "cosine":
+            a = torch.nn.functional.normalize(a, dim=-1)
+            b = torch.nn.functional.normalize(b, dim=-1)
+        s = torch.einsum("aid,bjd->abij", a, b)
+    else:
+        q = queries.rows(q_index, rows, device).clamp(min=0)  # padding: any token
+        t = targets.rows(t_index, cols, device).clamp(min=0)
+        s = matrix[q][:, :, t].permute(0, 2, 1, 3)  # (nq, nt, rows, cols)
+    return s.reshape(-1, rows, cols)
+
+
+# --------------------------------------------------------------------------
+# The work: buckets, blocks and kernel calls.
+# --------------------------------------------------------------------------
+
+
+def _buckets(lengths: torch.Tensor) -> List[torch.Tensor]:
+    """Indices sorted by (length, index), cut where the length grows past
+    the bucket's first by more than the ratio (or slack)."""
+    order = sorted(range(len(lengths)), key=lambda i: (int(lengths[i]), i))
+    buckets, current, first = [], [], None
+    for i in order:
+        n = int(lengths[i])
+        if current and n > max(first * _BUCKET_RATIO, first + _BUCKET_SLACK):
+            buckets.append(torch.tensor(current, dtype=torch.int64))
+            current = []
+        if not current:
+            first = n
+        current.append(i)
+    if current:
+        buckets.append(torch.tensor(current, dtype=torch.int64))
+    return buckets
+
+
+@dataclass
+class _Call:
+    """One kernel call: every query of `q_index` against every target of
+    `t_index`, padded to (rows, cols)."""
+    q_index: torch.Tensor
+    t_index: torch.Tensor
+    rows: int
+    cols: int
+
+    @property
+    def cells(self) -> int:
+        return len(self.q_index) * len(self.t_index) * self.rows * self.cols
+
+
+def _plan(queries: _Set, targets: _Set, batch_cells: int) -> List[_Call]:
+    """Kernel calls covering the pair grid, in a fixed order."""
+    calls = []
+    for qb in _buckets(queries.lengths):
+        rows = max(1, int(queries.lengths[qb].max()))
+        for tb in _buckets(targets.lengths):
+            cols = max(1, int(targets.lengths[tb].max()))
+            pairs = batch_cells // (rows * cols)
+            if pairs < 1:
+                raise ValueError(
+                    f"softsw.search: one pair of lengths {rows} x {cols} needs "
+                    f"{rows * cols} cells but batch_cells (or memory_budget) allows "
+                    f"{batch_cells}; raise `memory_budget` or `batch_cells`")
+            nt = min(len(tb), pairs)
+            nq = max(1, pairs // nt)
+            for q0 in range(0, len(qb), nq):
+                for t0 in range(0, len(tb), nt):
+                    calls.append(_Call(qb[q0:q0 + nq], tb[t0:t0 + nt], rows, cols))
+    return calls
+
+
+def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
+    """This rank's calls: each call goes to the rank with the fewest cells so
+    far (largest calls first, ties to the lower rank): balanced, and the same
+    on every rank."""
+    load = [0] * world
+    mine = []
+    for k in sorted(range(len(calls)), key=lambda k: (-calls[k].cells, k)):
+        owner = min(range(world), key=lambda r: (load[r], r))
+        load[owner] += calls[k].cells
+        if owner == rank:
+            mine.append(calls[k])
+    return mine
+
+
+def _bytes_per_cell(dtype: torch.dtype) -> int:
+    # The score matrices of a call and their permuted copy (the gather, or the
+    # similarity product, writes (q, i, t, j); the kernel reads (q, t, i, j)).
+    return 2 * torch.tensor([], dtype=dtype).element_size()
+
+
+def _free_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30  # no way to ask: assume 4 GiB
+
+
+def _budget_bytes(memory_budget, device) -> int:
+    if memory_budget is None:
+        return int(DEFAULT_MEMORY_FRACTION * _free_memory(device))
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, float)):
+        raise TypeError("softsw.search: `memory_budget` must be a number of bytes (int) or "
+                        "a fraction of free memory (float in (0, 1])")
+    if isinstance(memory_budget, float):
+        if not 0.0 < memory_budget <= 1.0:
+            raise ValueError(f"softsw.search: a float `memory_budget` is a fraction of free "
+                             f"memory in (0, 1], got {memory_budget}")
+        return int(memory_budget * _free_memory(device))
+    if memory_budget <= 0:
+        raise ValueError(f"softsw.search: `memory_budget` must be > 0 bytes, got "
+                         f"{memory_budget}")
+    return memory_budget
+
+
+# --------------------------------------------------------------------------
+# Top-k.
+# --------------------------------------------------------------------------
+
+
+def _best(scores: torch.Tensor, index: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The k best of each row by (score descending, index ascending): a total
+    order, so the result does not depend on the order candidates came in.
+    NaN (an invalid pair) ranks last."""
+    order = torch.argsort(index, dim=1, stable=True)
+    scores, index = scores.gather(1, order), index.gather(1, order)
+    key = torch.where(torch.isnan(scores), torch.full_like(scores, -math.inf), scores)
+    order = torch.argsort(key, dim=1, descending=True, stable=True)[:, :k]
+    return scores.gather(1, order), index.gather(1, order)
+
+
+# --------------------------------------------------------------------------
+# torch.distributed.
+# --------------------------------------------------------------------------
+
+
+def _group(process_group):
+    """(group or None, rank, world size)."""
+    if process_group is False:
+        return None, 0, 1
+    import torch.distributed as dist
+    if process_group is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None, 0, 1
+    elif not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("softsw.search: `process_group` was given but torch.distributed "
+                         "is not initialised")
+    world = dist.get_world_size(process_group)
+    if world == 1:
+        return None, 0, 1
+    return process_group, dist.get_rank(process_group), world
+
+
+def _comm_device(group, device) -> torch.device:
+    import torch.distributed as dist
+    return device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+
+
+def _gather_best(group, world, scores, index, k, device):
+    import torch.distributed as dist
+    where = _comm_device(group, device)
+    parts_s = [torch.empty_like(scores, device=where) for _ in range(world)]
+    parts_i = [torch.empty_like(index, device=where) for _ in range(world)]
+    dist.all_gather(parts_s, scores.to(where).contiguous(), group=group)
+    dist.all_gather(parts_i, index.to(where).contiguous(), group=group)
+    return _best(torch.cat(parts_s, 1).to(device), torch.cat(parts_i, 1).to(device), k)
+
+
+def _gather_full(group, full, filled, device):
+    # Pairs another rank computed are -inf here: a max over the ranks returns
+    # each pair's one computed value unchanged (NaN marks stay NaN).
+    import torch.distributed as dist
+    where = _comm_device(group, device)
+    x = torch.where(filled, full, torch.full_like(full, -math.inf)).to(where)
+    nan = torch.isnan(x).to(torch.uint8)
+    x = torch.nan_to_num(x, nan=-math.inf)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(nan, op=dist.ReduceOp.MAX, group=group)
+    return torch.where(nan.bool(), torch.full_like(x, math.nan), x).to(device)
+
+
+# --------------------------------------------------------------------------
+# Alignments of the hits (hard mode).
+# --------------------------------------------------------------------------
+
+
+def _trace(path: torch.Tensor, query: str, target: str, score: float) -> Alignment:
+    """An Alignment from the 0/1 (m, n) matrix of matched pairs."""
+    cells = path.nonzero().tolist()
+    if not cells:
+        return Alignment(score, 0, 0, 0, 0, 0, 0, "", "")
+    qa, ta = [], []
+    identities = 0
+    pi, pj = cells[0][0] - 1, cells[0][1] - 1
+    for i, j in cells:
+        if i - pi > 1:
+            qa.append(query[pi + 1:i])
+            ta.append("-" * (i - pi - 1))
+        if j - pj > 1:
+            qa.append("-" * (j - pj - 1))
+            ta.append(target[pj + 1:j])
+        qa.append(query[i])
+        ta.append(target[j])
+        identities += query[i] == target[j]
+        pi, pj = i, j
+    q_text, t_text = "".join(qa), "".join(ta)
+    return Alignment(score, cells[0][0], pi + 1, cells[0][1], pj + 1, identities,
+                     len(q_text), q_text, t_text)
+
+
+def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, gap_open,
+                gap_extend, reduction, device, dtype, batch_cells) -> List[Alignment]:
+    """Alignments of the hits (hit_q[h], hit_t[h]), in hit order."""
+    # The training forward keeps state (1 or 3 planes of the accumulate type)
+    # and the backward writes the alignment: more bytes per cell than scoring.
+    size = torch.tensor([], dtype=dtype).element_size()
+    planes = 1 if gap_extend is None or gap_extend == gap_open else 3
+    per_cell_search = _bytes_per_cell(dtype)
+    cells = max(1, batch_cells * per_cell_search // (3 * size + planes * max(4, size)))
+    out: List[Optional[Alignment]] = [None] * len(hit_q)
+    order = sorted(range(len(hit_q)),
+                   key=lambda h: (int(queries.lengths[hit_q[h]]), int(targets.lengths[hit_t[h]]), h))
+    start = 0
+    while start < len(order):
+        first = order[start]
+        rows = max(1, int(queries.lengths[hit_q[first]]))
+        stop = start
+        cols = 1
+        while stop < len(order):
+            h = order[stop]
+            r = max(rows, int(queries.lengths[hit_q[h]]))
+            c = max(cols, int(targets.lengths[hit_t[h]]))
+            if stop > start and (stop - start + 1) * r * c > cells:
+                break
+            rows, cols = r, c
+            stop += 1
+        chunk = order[start:stop]
+        q_index = torch.tensor([hit_q[h] for h in chunk])
+        t_index = torch.tensor([hit_t[h] for h in chunk])
+        q = queries.rows(q_index, rows, device).clamp(min=0)
+        t = targets.rows(t_index, cols, device).clamp(min=0)
+        s = matrix[q.unsqueeze(2), t.unsqueeze(1)]  # (n, rows, cols), one pair each
+        lengths = torch.stack([queries.lengths[q_index], targets.lengths[t_index]], 1)
+        with torch.no_grad():
+            _, path = alignment(s, gap_open, 0.0, gap_extend=gap_extend,
+                                lengths=lengths.to(device), reduction=reduction)
+        path = path.cpu()
+        for k, h in enumerate(chunk):
+            m, n = int(lengths[k, 0]), int(lengths[k, 1])
+            out[h] = _trace(path[k, :m, :n], queries.sequences[hit_q[h]],
+                            targets.sequences[hit_t[h]], hit_score[h])
+        start = stop
+    return out
+
+
+# --------------------------------------------------------------------------
+# search().
+# --------------------------------------------------------------------------
+
+
+def _progress_bar(total: int, enabled: Optional[bool]):
+    """A tqdm bar, or None. tqdm is optional: a progress bar is a convenience,
+    not worth a dependency of the library (None: a bar only when stderr is a
+    terminal and tqdm is installed)."""
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        if enabled:
+            raise ImportError("softsw.search: progress=True needs tqdm (pip install tqdm)")
+        return None
+    return tqdm(total=total, unit="cell", unit_scale=True, desc="softsw search",
+                dynamic_ncols=True)
+
+
+def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
+           similarity: str = "dot", gap_open: float = -11.0, gap_extend: Optional[float] = -1.0,
+           temperature: float = 0.0, reduction: str = "max", top: Optional[int] = 10,
+           alignments: bool = False, device: Optional[Union[str, torch.device]] = None,
+           dtype: Optional[torch.dtype] = None, memory_budget: Union[int, float, None] = None,
+           batch_cells: Optional[int] = None, unknown: Optional[str] = None,
+           progress: Optional[bool] = None, process_group=None) -> SearchResult:
+    """Score every query against every target; keep each query's best hits.
+
+    Args:
+        queries, targets: lists of sequences (strings, ``Bio.Seq``) scored with
+            ``matrix``; or lists of per-residue embeddings, ``(L_i, D)``
+            floating-point tensors, scored with ``similarity``.
+        matrix: a substitution matrix, anything :mod:`softsw.scoring` takes
+            (``"BLOSUM62"``, ``"PAM250"``, a file, an ``(alphabet, scores)`` pair).
+        similarity: for embeddings: ``"dot"`` (``S[i, j] = <q_i, t_j>``) or
+            ``"cosine"``.
+        gap_open, gap_extend: Python floats, as in :func:`softsw.align`
+            (``gap_extend=None``: linear gaps).
+        temperature: ``0`` (default) is hard Smith-Waterman; ``> 0`` soft.
+        reduction: ``"max"`` or ``"soft"``, as in :func:`softsw.align`.
+        top: hits kept per query (``min(top, T)``); ``None`` returns the full
+            ``(Q, T)`` score matrix instead.
+        alignments: also return each hit's optimal alignment (hard mode with
+            sequences only).
+        device: where the kernels run (default: the current CUDA device if
+            there is one, else the CPU). Results are returned on the CPU.
+        dtype: of the score matrices (default float32; embeddings: theirs).
+        memory_budget: bytes (int) or a fraction of the device's free memory
+            (float) that the score matrices of one kernel call may take;
+            default :data:`DEFAULT_MEMORY_FRACTION` of free memory.
+        batch_cells: at most this many padded cells per kernel call (default:
+            what the budget allows). Results do not depend on it.
+        unknown: a letter outside the matrix's alphabet raises, or is scored
+            as this symbol (e.g. ``"X"``).
+        progress: a tqdm progress bar over the cells (``None``: shown when
+            stderr is a terminal and tqdm is installed; rank 0 only).
+        process_group: a ``torch.distributed`` group to share the work with;
+            ``None``: the default group if one is initialised; ``False``: this
+            process alone. Every rank of the group must call ``search`` with
+            the same arguments; every rank returns the whole result.
+
+    Returns:
+        a :class:`SearchResult`.
+    """
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) \
+            if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    for name, value in (("gap_open", gap_open), ("gap_extend", gap_extend)):
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, (int, float))):
+            raise TypeError(f"softsw.search: `{name}` must be a Python number")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"softsw.search: `top` must be a positive int or None, got {top!r}")
+    if similarity not in ("dot", "cosine"):
+        raise ValueError(f"softsw.search: `similarity` must be 'dot' or 'cosine', "
+                         f"got {similarity!r}")
+    gap_open = float(gap_open)
+    gap_extend = None if gap_extend is None else float(gap_extend)
+
+    sub = scoring.as_matrix(matrix)
+    q_set = _Set(queries, "queries", sub, unknown, device)
+    t_set = _Set(targets, "targets", sub, unknown, device)
+    if len(q_set) and len(t_set) and q_set.embedded != t_set.embedded:
+        raise TypeError("softsw.search: `queries` and `targets` must both be sequences or "
+                        "both be embeddings")
+    embedded = q_set.embedded or t_set.embedded
+    if embedded:
+        dims = {x.embeddings[0].shape[1] for x in (q_set, t_set) if len(x)}
+        if len(dims) > 1:
+            raise ValueError(f"softsw.search: queries and targets have different embedding "
+                             f"sizes D: {sorted(dims)}")
+    if dtype is None:
+        dtype = q_set.embeddings[0].dtype if embedded and len(q_set) else torch.float32
+    if alignments and (temperature != 0 or embedded):
+        raise ValueError("softsw.search: `alignments=True` needs hard mode (temperature=0) "
+                         "and sequences (it returns aligned strings)")
+    sub_scores = None if embedded else sub.scores.to(device=device, dtype=dtype)
+
+    budget = _budget_bytes(memory_budget, device)
+    cells = budget // _bytes_per_cell(dtype)
+    if batch_cells is not None:
+        if isinstance(batch_cells, bool) or not isinstance(batch_cells, int) or batch_cells < 1:
+            raise ValueError(f"softsw.search: `batch_cells` must be a positive int, "
+                             f"got {batch_cells!r}")
+        cells = min(cells, batch_cells)
+
+    group, rank, world = _group(process_group)
+    n_q, n_t = len(q_set), len(t_set)
+    calls = _plan(q_set, t_set, cells) if n_q and n_t else []
+    mine = _share(calls, rank, world) if world > 1 else calls
+    result_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+
+    k = None if top is None else min(top, n_t)
+    if k is None:
+        full = torch.zeros(n_q, n_t, dtype=result_dtype, device=device)
+        filled = torch.zeros(n_q, n_t, dtype=torch.bool, device=device)
+    else:
+        best_s = torch.full((n_q, k), -math.inf, dtype=result_dtype, device=device)
+        best_i = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
+
+    bar = _progress_bar(sum(c.cells for c in mine), progress if rank == 0 else False)
+    try:
+        for call in mine:
+            s = _pair_scores(q_set, t_set, call.q_index, call.t_index, call.rows, call.cols,
+                             sub_scores, similarity, device, dtype)
+            nq, nt = len(call.q_index), len(call.t_index)
+            lengths = torch.stack([q_set.lengths[call.q_index].repeat_interleave(nt),
+                                   t_set.lengths[call.t_index].repeat(nq)], 1).to(device)
+            with torch.no_grad():
+                score = align(s, gap_open, temperature, gap_extend=gap_extend,
+                              lengths=lengths, reduction=reduction)
+            score = score.to(result_dtype).view(nq, nt)
+            del s
+            q_dev, t_dev = call.q_index.to(device), call.t_index.to(device)
+            if k is None:
+                full[q_dev.unsqueeze(1), t_dev.unsqueeze(0)] = score
+                filled[q_dev.unsqueeze(1), t_dev.unsqueeze(0)] = True
+            else:
+                cand_s = torch.cat([best_s[q_dev], score], 1)
+                cand_i = torch.cat([best_i[q_dev], t_dev.expand(nq, nt)], 1)
+                best_s[q_dev], best_i[q_dev] = _best(cand_s, cand_i, k)
+            if bar is not None:
+                bar.update(call.cells)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if k is None:
+        if world > 1:
+            full = _gather_full(group, full, filled, device)
+        return SearchResult(full.cpu(), None)
+    if world > 1:
+        best_s, best_i = _gather_best(group, world, best_s, best_i, k, device)
+    best_s, best_i = best_s.cpu(), best_i.cpu()
+    found = None
+    if alignments:
+        found = _hit_alignments(q_set, t_set, best_s, best_i, sub_scores, gap_open, gap_extend,
+                                reduction, device, dtype, cells, group, rank, world)
+    return SearchResult(best_s, best_i, found)
+
+
+def _hit_alignments(q_set, t_set, best_s, best_i, sub_scores, gap_open, gap_extend, reduction,
+                    device, dtype, cells, group, rank, world) -> List[List[Alignment]]:
+    n_q, k = best_s.shape
+    hits = [(q, r) for q in range(n_q) for r in range(k)]
+    mine = hits[rank::world]
+    done = _alignments(q_set, t_set, [q for q, _ in mine], [int(best_i[q, r]) for q, r in mine],
+                       [float(best_s[q, r]) for q, r in mine], sub_scores, gap_open,
+                       gap_extend, reduction, device, dtype, cells)
+    if world > 1:
+        import torch.distributed as dist
+        parts = [None] * world
+        dist.all_gather_object(parts, done, group=group)
+        done = [None] * len(hits)
+        for r, part in enumerate(parts):
+            done[r::world] = part
+    table = [[None] * k for _ in range(n_q)]
+    for (q, r), found in zip(hits, done):
+        table[q][r] = found
+    return table
+
+
+# --------------------------------------------------------------------------
+# The command line: softsw search QUERIES.fasta TARGETS.fasta ...
+# --------------------------------------------------------------------------
+
+TSV_COLUMNS = ("query", "target", "score", "pident", "length", "identities",
+               "qstart", "qend", "tstart", "tend", "qlen", "tlen")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="softsw search",
+        description="Score every query against every target with (soft) Smith-Waterman; "
+                    "write each query's best hits as a tab-separated table (BLAST-tabular "
+                    "style: query, target, score, percent identity, alignment length, "
+                    "identities, 1-based inclusive coordinates, sequence lengths).",
+        epilog="Gap scores are added: a gap of length k scores GAP_OPEN + (k-1)*GAP_EXTEND "
+               "(BLAST's -gapopen 11 -gapextend 1 is --gap-open -12 --gap-extend -1). With "
+               "--temperature > 0 the scores are soft and the coordinate columns are '.'. "
+               "Under torchrun the work is shared among the processes; rank 0 writes.")
+    p.add_argument("queries", help="FASTA file of query sequences")
+    p.add_argument("targets", help="FASTA file of target sequences")
+    p.add_argument("--matrix", default="BLOSUM62",
+                   help="substitution matrix name or NCBI-format file (default BLOSUM62)")
+    p.add_argument("--gap-open", type=float, default=-11.0, help="default -11")
+    p.add_argument("--gap-extend", type=float, default=-1.0, help="default -1")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 (default): hard Smith-Waterman; > 0: soft")
+    p.add_argument("--top", type=int, default=10, help="hits per query (default 10)")
+    p.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if "
+                   "available)")
+    p.add_argument("--batch-cells", type=int, default=None,
+                   help="at most this many padded DP cells per kernel call")
+    p.add_argument("--memory-budget", type=float, default=None,
+                   help="bytes (> 1) or a fraction of free device memory (<= 1); default "
+                        f"{DEFAULT_MEMORY_FRACTION}")
+    p.add_argument("--unknown", default=None,
+                   help="score letters outside the matrix's alphabet as this symbol (e.g. X)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .fasta import FastaError, read_fasta
+    args = _parser().parse_args(argv)
+    try:
+        queries = read_fasta(args.queries)
+        targets = read_fasta(args.targets)
+    except (OSError, FastaError) as err:
+        print(f"softsw search: error: {err}", file=sys.stderr)
+        return 2
+    budget = args.memory_budget
+    if budget is not None and budget > 1:
+        budget = int(budget)
+    hard = args.temperature == 0
+    try:
+        result = search([r.sequence for r in queries], [r.sequence for r in targets],
+                        matrix=args.matrix, gap_open=args.gap_open,
+                        gap_extend=args.gap_extend, temperature=args.temperature,
+                        top=args.top, alignments=hard, device=args.device,
+                        memory_budget=budget, batch_cells=args.batch_cells,
+                        unknown=args.unknown, progress=False if args.no_progress else None)
+    except (ValueError, TypeError, ImportError) as err:
+        print(f"softsw search: error: {err}", file=sys.stderr)
+        return 2
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return 0
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    try:
+        out.write("# " + "\t".join(TSV_COLUMNS) + "\n")
+        for q, t, score, found in result.hits():
+            qlen, tlen = len(queries[q].sequence), len(targets[t].sequence)
+            if found is not None:
+                cols = [f"{100.0 * found.identity:.2f}", str(found.length),
+                        str(found.identities), str(found.query_start + 1), str(found.query_end),
+                        str(found.target_start + 1), str(found.target_end)]
+            else:
+                cols = ["."] * 7
+            out.write("\t".join([queries[q].name, targets[t].name, _fmt(score)] + cols +
+                                [str(qlen), str(tlen)]) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

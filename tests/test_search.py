@@ -1,0 +1,278 @@
+"""softsw.search (all against all), its FASTA reader and the `softsw search` CLI.
+
+The shipped sequences (softsw/data/families.fasta: three protein families,
+see softsw/data/README.md) are the real data: every query must rank its own
+family's members above all others, and hard-mode scores must equal Biopython's
+PairwiseAligner exactly. Random sequences check determinism under every batch
+split and the top-k against the full matrix."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+import softsw
+import softsw.cli
+from softsw import seqsearch
+from softsw.fasta import FastaError, parse_fasta, read_fasta
+from conftest import DEVICES, CUDA_SKIP
+
+DATA = os.path.join(os.path.dirname(softsw.__file__), "data", "families.fasta")
+AMINO = "ACDEFGHIKLMNPQRSTVWY"
+
+
+@pytest.fixture(scope="module")
+def families():
+    records = read_fasta(DATA)
+    family = [r.description.split()[0] for r in records]
+    assert all(f.startswith("family=") for f in family)
+    return records, family
+
+
+def query_subset(records, family):
+    """Two queries of each family (the first and the last member)."""
+    picked = []
+    for f in sorted(set(family)):
+        members = [i for i, g in enumerate(family) if g == f]
+        picked += [members[0], members[-1]]
+    return picked
+
+
+def random_sequences(rnd, n, lo, hi):
+    return ["".join(rnd.choice(AMINO) for _ in range(rnd.randint(lo, hi))) for _ in range(n)]
+
+
+def rescore(found, matrix, gap_open, gap_extend):
+    """Score of the aligned strings: matrix for pairs, a run of k gaps in one
+    sequence scores gap_open + (k - 1) * gap_extend."""
+    total, run = 0.0, None
+    for a, b in zip(found.query_aligned, found.target_aligned):
+        if a == "-" or b == "-":
+            side = "q" if a == "-" else "t"
+            total += gap_extend if run == side else gap_open
+            run = side
+        else:
+            total += matrix[a][b]
+            run = None
+    return total
+
+
+# --------------------------------------------------------------------------
+# Real data: family ranking, Biopython scores, alignments.
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_family_members_rank_first(device, families):
+    records, family = families
+    seqs = [r.sequence for r in records]
+    queries = query_subset(records, family)
+    result = softsw.search([seqs[q] for q in queries], seqs, top=len(seqs), device=device)
+    for row, q in enumerate(queries):
+        size = family.count(family[q])
+        top = [family[t] for t in result.indices[row, :size].tolist()]
+        assert top == [family[q]] * size, f"{records[q].name}: top {size} hits {top}"
+        assert result.indices[row, 0] == q  # itself: the best score
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gaps", [(-11.0, -1.0), (-4.0, None)], ids=["affine", "linear"])
+def test_hard_scores_equal_biopython(device, families, gaps):
+    Bio = pytest.importorskip("Bio")  # noqa: F841
+    from Bio import Align
+    from Bio.Align import substitution_matrices
+    records, family = families
+    seqs = [r.sequence for r in records]
+    queries = [seqs[q] for q in query_subset(records, family)]
+    gap_open, gap_extend = gaps
+    aligner = Align.PairwiseAligner(
+        mode="local", substitution_matrix=substitution_matrices.load("BLOSUM62"),
+        open_gap_score=gap_open,
+        extend_gap_score=gap_open if gap_extend is None else gap_extend)
+    want = torch.tensor([[aligner.score(q, t) for t in seqs] for q in queries],
+                        dtype=torch.float32)
+    got = softsw.search(queries, seqs, gap_open=gap_open, gap_extend=gap_extend, top=None,
+                        device=device).scores
+    assert torch.equal(got, want), f"{int((got != want).sum())} scores differ from Biopython"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hit_alignments(device, families):
+    """Every hit's alignment rescores to its score exactly, its strings are
+    the sequences' aligned parts, and its identities count equal letters."""
+    from softsw.scoring import load_matrix
+    records, family = families
+    seqs = [r.sequence for r in records]
+    queries = [seqs[q] for q in query_subset(records, family)]
+    m = load_matrix("BLOSUM62")
+    matrix = {a: {b: float(m.scores[i, j]) for j, b in enumerate(m.alphabet)}
+              for i, a in enumerate(m.alphabet)}
+    result = softsw.search(queries, seqs, top=4, alignments=True, device=device)
+    assert len(result.alignments) == len(queries)
+    for q, t, score, found in result.hits():
+        assert found.score == score
+        assert rescore(found, matrix, -11.0, -1.0) == score, (q, t)
+        assert found.query_aligned.replace("-", "") == \
+            queries[q][found.query_start:found.query_end]
+        assert found.target_aligned.replace("-", "") == seqs[t][found.target_start:found.target_end]
+        same = sum(a == b and a != "-" for a, b in zip(found.query_aligned, found.target_aligned))
+        assert found.identities == same and found.length == len(found.query_aligned)
+    self_hit = result.alignments[0][0]
+    assert self_hit.identity == 1.0 and self_hit.query_end - self_hit.query_start == len(queries[0])
+
+
+# --------------------------------------------------------------------------
+# Determinism, top-k, embeddings.
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["hard", "soft"])
+def test_same_hits_whatever_the_batch_split(device, seed, temperature):
+    rnd = random.Random(seed)
+    queries = random_sequences(rnd, 13, 1, 90)
+    targets = random_sequences(rnd, 29, 1, 120)
+    targets[5] = targets[17] = queries[3]  # exact ties: ordered by target index
+    kwargs = dict(gap_open=-3.0, gap_extend=None if temperature else -1.0,
+                  temperature=temperature, top=6, device=device,
+                  alignments=temperature == 0)
+    runs = [softsw.search(queries, targets, **kwargs)]
+    for cells in (120 * 90, 15_000, 40_000, 333_333):  # 120 * 90: the largest pair
+        runs.append(softsw.search(queries, targets, batch_cells=cells, **kwargs))
+    runs.append(softsw.search(queries, targets, memory_budget=200_000, **kwargs))
+    for other in runs[1:]:
+        assert torch.equal(other.scores, runs[0].scores)
+        assert torch.equal(other.indices, runs[0].indices)
+        assert other.alignments == runs[0].alignments
+    assert runs[0].indices[3, :2].tolist() == [5, 17]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_top_k_is_the_sorted_full_matrix(device, seed):
+    rnd = random.Random(seed)
+    queries = random_sequences(rnd, 9, 1, 60)
+    targets = random_sequences(rnd, 21, 1, 60)
+    full = softsw.search(queries, targets, top=None, gap_open=-2.0, gap_extend=-0.5,
+                         batch_cells=4000, device=device)
+    assert full.indices is None and full.scores.shape == (9, 21)
+    best = softsw.search(queries, targets, top=5, gap_open=-2.0, gap_extend=-0.5,
+                         batch_cells=3000, device=device)
+    for q in range(9):
+        order = sorted(range(21), key=lambda t: (-full.scores[q, t].item(), t))[:5]
+        assert best.indices[q].tolist() == order
+        assert torch.equal(best.scores[q], full.scores[q, order])
+    # Each entry is the pair's align() score.
+    one = softsw.scoring.score_matrix(queries[2], targets[7], device=device)
+    assert full.scores[2, 7] == softsw.align(one, -2.0, 0.0, gap_extend=-0.5).cpu()
+    assert softsw.search(queries, targets[:3], top=10, device=device).scores.shape == (9, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+def test_embeddings(device, gen, similarity):
+    """(L, D) embeddings: each score is align() of the pair's similarity matrix."""
+    dims = 6
+    queries = [torch.randn(n, dims, generator=gen, dtype=torch.float64) for n in (4, 17, 9)]
+    targets = [torch.randn(n, dims, generator=gen, dtype=torch.float64)
+               for n in (11, 3, 25, 8, 16)]
+    full = softsw.search(queries, targets, similarity=similarity, gap_open=-1.0,
+                         gap_extend=-0.3, temperature=0.5, top=None, device=device,
+                         batch_cells=700)
+    assert full.scores.dtype == torch.float64
+    for q, a in enumerate(queries):
+        for t, b in enumerate(targets):
+            if similarity == "cosine":
+                a_, b_ = (torch.nn.functional.normalize(x, dim=1) for x in (a, b))
+            else:
+                a_, b_ = a, b
+            want = softsw.align((a_ @ b_.T).to(device), -1.0, 0.5, gap_extend=-0.3).cpu()
+            torch.testing.assert_close(full.scores[q, t], want, rtol=1e-12, atol=1e-12)
+
+
+@CUDA_SKIP
+def test_cuda_memory_within_budget():
+    """Peak CUDA memory of a search stays within its memory_budget."""
+    rnd = random.Random(0)
+    queries = random_sequences(rnd, 40, 50, 400)
+    targets = random_sequences(rnd, 60, 50, 400)
+    budget = 64 << 20
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    softsw.search(queries, targets, top=5, device="cuda", memory_budget=budget)
+    torch.cuda.synchronize()
+    used = torch.cuda.max_memory_allocated() - before
+    assert used <= budget, f"peak {used} bytes > budget {budget}"
+
+
+def test_errors():
+    with pytest.raises(TypeError, match="`queries`"):
+        softsw.search("ACDE", ["ACDE"])
+    with pytest.raises(ValueError, match="`top`"):
+        softsw.search(["ACDE"], ["ACDE"], top=0)
+    with pytest.raises(ValueError, match="`alignments=True` needs hard mode"):
+        softsw.search(["ACDE"], ["ACDE"], temperature=1.0, alignments=True)
+    with pytest.raises(ValueError, match="`memory_budget`"):
+        softsw.search(["ACDE"], ["ACDE"], memory_budget=1.5)
+    with pytest.raises(ValueError, match="raise `memory_budget` or `batch_cells`"):
+        softsw.search(["A" * 100], ["C" * 100], batch_cells=5000, device="cpu")
+    with pytest.raises(ValueError, match="letter 'J'"):
+        softsw.search(["ACJE"], ["ACDE"], device="cpu")
+    assert softsw.search(["ACJE"], ["ACDE"], unknown="X", device="cpu").scores.shape == (1, 1)
+    with pytest.raises(TypeError, match="both be sequences or both be embeddings"):
+        softsw.search(["ACDE"], [torch.randn(3, 2)], device="cpu")
+    with pytest.raises(ValueError, match="`similarity`"):
+        softsw.search(["ACDE"], ["ACDE"], similarity="l2")
+    empty = softsw.search([], ["ACDE"], device="cpu")
+    assert empty.scores.shape == (0, 1)
+
+
+# --------------------------------------------------------------------------
+# FASTA and the CLI.
+# --------------------------------------------------------------------------
+
+
+def test_fasta_reader():
+    records = parse_fasta(">a first one\nACD\nef*\n\n>b\n  GH IK \n")
+    assert records == [("a", "first one", "ACDEF*"), ("b", "", "GHIK")]
+    for text, message in [
+            ("ACD\n>a\nAC\n", "<string>:1: sequence data before the first '>'"),
+            (">a\nAC\n>\nAC\n", "<string>:3: header line without a name"),
+            (">a\nAC\n>b\n>c\nA\n", "<string>:3: record 'b' has no sequence"),
+            (">a\nAC-D\n", "<string>:2: column 3: '-' in record 'a' is an alignment gap"),
+            (">a\nAC\nAC1D\n", "<string>:3: column 3: '1' in record 'a' is not a residue"),
+            ("\n\n", "<string>: no FASTA records")]:
+        with pytest.raises(FastaError, match=message):
+            parse_fasta(text)
+
+
+def test_cli_search(tmp_path, families, capsys):
+    records, family = families
+    queries = tmp_path / "q.fasta"
+    with open(DATA) as handle:
+        text = handle.read()
+    chunks = text.split(">")[1:]
+    queries.write_text(">" + chunks[2] + ">" + chunks[14])  # a LuxC and a type III PKS
+    out = tmp_path / "hits.tsv"
+    rc = softsw.cli.main(["search", str(queries), DATA, "--top", "3", "-o", str(out),
+                          "--device", "cpu", "--batch-cells", "300000", "--no-progress"])
+    assert rc == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "# " + "\t".join(seqsearch.TSV_COLUMNS)
+    rows = [line.split("\t") for line in lines[1:]]
+    assert len(rows) == 6 and all(len(r) == len(seqsearch.TSV_COLUMNS) for r in rows)
+    by_name = {r.name: r for r in records}
+    for row in rows[:3]:
+        assert row[0] == records[2].name and by_name[row[1]].description.startswith(
+            "family=LuxC")
+    assert rows[0][1] == records[2].name and rows[0][3] == "100.00"
+    qlen = len(records[2].sequence)
+    assert rows[0][6:12] == ["1", str(qlen), "1", str(qlen), str(qlen), str(qlen)]
+
+    bad = tmp_path / "bad.fasta"
+    bad.write_text(">x\nACDE\nAC#E\n")
+    rc = softsw.cli.main(["search", str(bad), DATA, "--device", "cpu"])
+    assert rc == 2
+    assert f"{bad}:3: column 3: '#'" in capsys.readouterr().err
