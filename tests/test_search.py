@@ -191,6 +191,24 @@ def test_embeddings(device, gen, similarity):
             torch.testing.assert_close(full.scores[q, t], want, rtol=1e-12, atol=1e-12)
 
 
+def test_ranks_share_the_calls(seed):
+    """Under torch.distributed each kernel call goes to exactly one rank, and
+    the ranks' cells differ by at most the largest call."""
+    rnd = random.Random(seed)
+    lengths = lambda n: torch.tensor([rnd.randint(1, 300) for _ in range(n)])  # noqa: E731
+    sets = [seqsearch._Set.__new__(seqsearch._Set) for _ in range(2)]
+    sets[0].lengths, sets[1].lengths = lengths(40), lengths(70)
+    calls = seqsearch._plan(sets[0], sets[1], 200_000)
+    for world in (2, 3, 5):
+        shares = [seqsearch._share(calls, r, world) for r in range(world)]
+        ids = sorted(id(c) for share in shares for c in share)
+        assert ids == sorted(id(c) for c in calls)
+        loads = [sum(c.cells for c in share) for share in shares]
+        assert max(loads) - min(loads) <= max(c.cells for c in calls)
+    pairs = [(q, t) for c in calls for q in c.q_index.tolist() for t in c.t_index.tolist()]
+    assert sorted(pairs) == [(q, t) for q in range(40) for t in range(70)]
+
+
 @CUDA_SKIP
 def test_cuda_memory_within_budget():
     """Peak CUDA memory of a search stays within its memory_budget."""
