@@ -34,7 +34,8 @@ def sequences(seed):
     make = lambda n, hi: ["".join(rnd.choice(AMINO) for _ in range(rnd.randint(1, hi)))  # noqa
                           for _ in range(n)]
     queries, targets = make(11, 70), make(23, 90)
-    targets[4] = targets[19] = queries[2]  # ties across the ranks' shares
+    queries[2] = "".join(rnd.choice(AMINO) for _ in range(60))
+    targets[4] = targets[19] = queries[2]  # the best hits of query 2, a tie
     return queries, targets
 
 

@@ -21,9 +21,12 @@ the device block by block, never all at once:
 * **Deterministic.** A pair's score does not depend on the block it was
   computed in, and hits are ordered by score, then target index: the same
   hits in the same order whatever ``batch_cells``, the device's free memory,
-  or the number of processes. (With embeddings, the similarities come from a
-  matrix product whose rounding may depend on the block's shape: scores can
-  then differ in the last bits between splits.)
+  or the number of processes. Two exceptions, in the last bits of soft
+  scores: with embeddings the similarities come from a matrix product whose
+  rounding may depend on the block's shape; and on the CPU, float32 soft
+  scores with linear gaps come from a SIMD loop over several pairs or a scalar
+  loop for a pair alone, which round differently (``dtype=torch.float64``
+  or affine gaps avoid it).
 * **Distributed.** Under ``torch.distributed`` (e.g. ``torchrun``) the blocks
   are shared among the ranks of ``process_group`` (default: the default group
   when one is initialised) and the results gathered: every rank returns what
