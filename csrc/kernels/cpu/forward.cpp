@@ -8,6 +8,7 @@
 
 #include "../problem.h"
 #include "forward.h"
+#include "forward_probability.h"
 #include "forward_simd.h"
 #include "setup.h"
 #include "thread_pool.h"
@@ -47,18 +48,47 @@ bool forward_linear_vector(const Setup<T>& su, const ForwardOutputs& out) {
       out.argmax[b] = -1;
     }
     if (pairs.empty()) return true;
+    // Without state to keep (inference) at T > 0, the pairs that the range
+    // rule admits run in the probability domain (forward_probability.h).
+    std::vector<int64_t> scaled;
+    if (!hidden && !su.hard) {
+      std::vector<char> in_range(pairs.size(), 0);
+      parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
+        int64_t m = 0, n = 0;
+        su.extents(pairs[k], m, n);
+        in_range[k] = in_probability_range(su, pairs[k], m, n);
+      });
+      std::vector<int64_t> rest;
+      for (size_t k = 0; k < pairs.size(); ++k) (in_range[k] ? scaled : rest).push_back(pairs[k]);
+      pairs.swap(rest);
+    }
     // Similar shapes share a group: fewer idle lanes.
-    std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) {
+    auto by_shape = [&](int64_t a, int64_t b) {
       int64_t ma, na, mb, nb;
       su.extents(a, ma, na);
       su.extents(b, mb, nb);
       return std::make_pair(na, ma) > std::make_pair(nb, mb);
-    });
-    const int64_t P = static_cast<int64_t>(pairs.size());
-    const int64_t groups =
-        std::max<int64_t>((P + simd::W - 1) / simd::W, std::min<int64_t>(P, thread_count(P, work)));
+    };
+    std::stable_sort(pairs.begin(), pairs.end(), by_shape);
+    std::stable_sort(scaled.begin(), scaled.end(), by_shape);
+    const int64_t P = static_cast<int64_t>(pairs.size()), Q = static_cast<int64_t>(scaled.size());
+    auto group_count = [&](int64_t count) {
+      return count == 0 ? 0
+                        : std::max<int64_t>((count + simd::W - 1) / simd::W,
+                                            std::min<int64_t>(count, thread_count(count, work)));
+    };
+    const int64_t groups = group_count(P), scaled_groups = group_count(Q);
     const simd::RowFn row = simd::pick_row(su.hard, su.soft_reduction);
-    parallel_for<Scratch<float>>(groups, work, [&](int64_t g, Scratch<float>& sc) {
+    const simd::ProbabilityRowFn scaled_row =
+        simd::pick_probability_row(su.soft_reduction, p.gap_open.data != nullptr);
+    parallel_for<Scratch<float>>(groups + scaled_groups, work, [&](int64_t g, Scratch<float>& sc) {
+      if (g >= groups) {
+        g -= groups;
+        const int64_t lo = g * Q / scaled_groups, hi = (g + 1) * Q / scaled_groups;
+        simd::probability_group<T>(su, scaled.data() + lo, static_cast<int>(hi - lo), scaled_row,
+                                   out, sc.lanes);
+        return;
+      }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
       if (hi - lo > 1) {
         forward_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row, hidden,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cell.h"
@@ -173,6 +174,11 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
     mg = std::max(mg, m);
     ng = std::max(ng, n);
   }
+  int64_t row_n[W], lane_n[W];
+  for (int l = 0; l < W; ++l) {
+    row_n[l] = ng;
+    lane_n[l] = ln.n[l];
+  }
   const int64_t stride = (ng + 1) * W;
   mem.assign(static_cast<size_t>(4 * stride + 16), 0.0f);
   float* base = mem.data();
@@ -181,18 +187,25 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
   const bool gap_const = p.gap_open.data == nullptr;
   if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
   for (int64_t i = 1; i <= mg; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float* src[W];
+      for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;
+      interleave_rows(sb, src, row_n, count, su.beta);
+    }
     for (int l = 0; l < count; ++l) {
       if (i > ln.m[l]) continue;
-      const T* src = S[l] + (i - 1) * N;
-      for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
+      if constexpr (!std::is_same_v<T, float>) {
+        const T* src = S[l] + (i - 1) * N;
+        for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
+      }
       if (!gap_const)
         for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
     row(sb, gb, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    for (int l = 0; l < count; ++l) {
-      if (!hid[l] || i > ln.m[l]) continue;
-      float* dst = hid[l] + (i - 1) * N;
-      for (int64_t j = 0; j < ln.n[l]; ++j) dst[j] = cur[(j + 1) * W + l];
+    if (hidden) {
+      float* dst[W];
+      for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
+      deinterleave_rows(dst, cur + W, lane_n, count);
     }
     std::swap(prev, cur);
   }

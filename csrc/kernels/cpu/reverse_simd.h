@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cell.h"
@@ -202,39 +203,61 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
   float *h = base, *h_up = base + stride, *in = base + 2 * stride, *out = base + 3 * stride;
   float *sb = base + 4 * stride, *gb = base + 5 * stride;
   float *os = base + 6 * stride, *og = base + 7 * stride;
+  int64_t lane_nr[W];
+  for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   const float* hid[W] = {};
   for (int l = 0; l < count; ++l) hid[l] = hidden + pairs[l].b * su.MN;
   // Row r of H (1-based; 0: the boundary) into `dst`, cols 1..ng.
+  int64_t row_n[W];
+  for (int l = 0; l < W; ++l) row_n[l] = ng;
   auto gather_h = [&](int64_t r, float* dst) {
-    for (int l = 0; l < count; ++l) {
-      if (r == 0) {
-        for (int64_t j = 1; j <= ng; ++j) dst[j * W + l] = 0.0f;
-        continue;
-      }
-      const float* src = hid[l] + (r - 1) * N;
-      for (int64_t j = 1; j <= ng; ++j) dst[j * W + l] = src[j - 1];
+    if (r == 0) {
+      std::fill(dst + W, dst + (ng + 1) * W, 0.0f);
+      return;
     }
+    const float* src[W];
+    for (int l = 0; l < count; ++l) src[l] = hid[l] + (r - 1) * N;
+    interleave_rows(dst + W, src, row_n, count, 1.0f);
   };
   const bool gap_const = p.gap_open.data == nullptr;
   if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
   gather_h(mg, h);
   for (int64_t i = mg; i >= 1; --i) {
     gather_h(i - 1, h_up);
+    if constexpr (std::is_same_v<T, float>) {
+      const float* src[W];
+      for (int l = 0; l < count; ++l) src[l] = i <= pairs[l].mr ? S[l] + (i - 1) * N : nullptr;
+      interleave_rows(sb, src, row_n, count, su.beta);
+    }
     for (int l = 0; l < count; ++l) {
       if (i > pairs[l].mr) continue;
-      const T* src = S[l] + (i - 1) * N;
-      for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
+      if constexpr (!std::is_same_v<T, float>) {
+        const T* src = S[l] + (i - 1) * N;
+        for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
+      }
       if (!gap_const)
         for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
     const ReverseRows rows{h, h_up, sb, gb, in, out, os, og};
     row(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    for (int l = 0; l < count; ++l) {
-      if (i > pairs[l].mr) continue;
-      const int64_t k0 = pairs[l].b * su.MN + (i - 1) * N;
-      for (int64_t j = 0; j < pairs[l].nr; ++j) st(grad_s, k0 + j, os[j * W + l]);
-      if (grad_g)
-        for (int64_t j = 0; j < pairs[l].nr; ++j) st(grad_g, k0 + j, og[j * W + l]);
+    if constexpr (std::is_same_v<T, float>) {
+      float* dst[W];
+      for (int l = 0; l < count; ++l)
+        dst[l] = i <= pairs[l].mr ? grad_s + pairs[l].b * su.MN + (i - 1) * N : nullptr;
+      deinterleave_rows(dst, os, lane_nr, count);
+      if (grad_g) {
+        for (int l = 0; l < count; ++l)
+          if (dst[l]) dst[l] += grad_g - grad_s;
+        deinterleave_rows(dst, og, lane_nr, count);
+      }
+    } else {
+      for (int l = 0; l < count; ++l) {
+        if (i > pairs[l].mr) continue;
+        const int64_t k0 = pairs[l].b * su.MN + (i - 1) * N;
+        for (int64_t j = 0; j < pairs[l].nr; ++j) st(grad_s, k0 + j, os[j * W + l]);
+        if (grad_g)
+          for (int64_t j = 0; j < pairs[l].nr; ++j) st(grad_g, k0 + j, og[j * W + l]);
+      }
     }
     std::swap(in, out);
     std::swap(h, h_up);

@@ -13,6 +13,7 @@
 // detection sees the same bits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -95,8 +96,20 @@ struct V {
     return p * (F)((e + 127) << 23);
   }
 
+  // exponent_of / pow2 of probability.h, lane by lane: the exponent e of a
+  // positive normal x (x in [2^e, 2^(e+1))), -127 for zero; 2^e exactly for
+  // e <= 127, 0 below the normal range.
+  static SOFTSW_VINLINE I exponent(F x) { return (((I)x >> 23) & 0xff) - 127; }
+  static SOFTSW_VINLINE F pow2(I e) {
+    return (F)(((e + 127) << 23) & (e >= splati(-126)));
+  }
+  // x / 2^exponent(x), in [1, 2) for positive normal x.
+  static SOFTSW_VINLINE F mantissa(F x) { return (F)(((I)x & 0x7fffff) | 0x3f800000); }
+  static SOFTSW_VINLINE I imax(I a, I b) { return seli(a > b, a, b); }
+
   // log2 of y >= 1 (finite): y = 2^e m, m in [sqrt(1/2), sqrt(2)),
-  // log2 m = u P(u^2) with u = (m - 1) / (m + 1).
+  // log2 m = u P(u^2) with u = (m - 1) / (m + 1). NaN stays NaN (as libm's:
+  // the scalar and SIMD passes must agree on which scores give NaN).
   static SOFTSW_VINLINE F log2(F y) {
     const I bits = (I)y;
     I e = (bits >> 23) - 127;
@@ -110,7 +123,7 @@ struct V {
     p = p * z + 0.5767143847072285f;
     p = p * z + 0.9617988476322529f;
     p = p * z + 2.8853900797889525f;
-    return u * p + __builtin_convertvector(e, F);
+    return sel(y != y, y, u * p + __builtin_convertvector(e, F));
   }
 };
 
@@ -144,6 +157,80 @@ struct VecMath {
     return X::sel(probe.v != probe.v, probe.v, h.v);
   }
 };
+
+// Rows of up to W pairs to and from the lane-interleaved layout of a group
+// (col j of lane l at j * W + l), four lanes by four columns at a time with a
+// 4 x 4 transpose in registers (every instruction set has 4-float vectors):
+//   interleave_rows:   dst[j * W + l] = src[l][j] * scale, j < n[l]
+//   deinterleave_rows: dst[l][j] = src[j * W + l],         j < n[l]
+// Lanes whose src (dst) is nullptr are skipped. Bit for bit what the scalar
+// loops give.
+namespace detail {
+using F4 = VecOf<4>::F;
+SOFTSW_VINLINE void transpose4(F4& a, F4& b, F4& c, F4& d) {
+  const F4 t0 = __builtin_shufflevector(a, b, 0, 4, 1, 5), t1 = __builtin_shufflevector(a, b, 2, 6, 3, 7);
+  const F4 t2 = __builtin_shufflevector(c, d, 0, 4, 1, 5), t3 = __builtin_shufflevector(c, d, 2, 6, 3, 7);
+  a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+  b = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+  c = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+  d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+}  // namespace detail
+
+inline void interleave_rows(float* dst, const float* const* src, const int64_t* n, int count,
+                            float scale) {
+  using X = V<4>;
+  int l0 = 0;
+  for (; l0 + 4 <= count; l0 += 4) {
+    const float* const* s = src + l0;
+    int64_t j = 0;
+    if (s[0] && s[1] && s[2] && s[3]) {
+      const int64_t common = std::min(std::min(n[l0], n[l0 + 1]), std::min(n[l0 + 2], n[l0 + 3]));
+      for (; j + 4 <= common; j += 4) {
+        detail::F4 a = X::load(s[0] + j) * scale, b = X::load(s[1] + j) * scale;
+        detail::F4 c = X::load(s[2] + j) * scale, d = X::load(s[3] + j) * scale;
+        detail::transpose4(a, b, c, d);
+        X::store(dst + j * W + l0, a);
+        X::store(dst + (j + 1) * W + l0, b);
+        X::store(dst + (j + 2) * W + l0, c);
+        X::store(dst + (j + 3) * W + l0, d);
+      }
+    }
+    for (int l = l0; l < l0 + 4; ++l)
+      if (src[l])
+        for (int64_t k = j; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+  }
+  for (int l = l0; l < count; ++l)
+    if (src[l])
+      for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+}
+
+inline void deinterleave_rows(float* const* dst, const float* src, const int64_t* n, int count) {
+  using X = V<4>;
+  int l0 = 0;
+  for (; l0 + 4 <= count; l0 += 4) {
+    float* const* d = dst + l0;
+    int64_t j = 0;
+    if (d[0] && d[1] && d[2] && d[3]) {
+      const int64_t common = std::min(std::min(n[l0], n[l0 + 1]), std::min(n[l0 + 2], n[l0 + 3]));
+      for (; j + 4 <= common; j += 4) {
+        detail::F4 a = X::load(src + j * W + l0), b = X::load(src + (j + 1) * W + l0);
+        detail::F4 c = X::load(src + (j + 2) * W + l0), e = X::load(src + (j + 3) * W + l0);
+        detail::transpose4(a, b, c, e);
+        X::store(d[0] + j, a);
+        X::store(d[1] + j, b);
+        X::store(d[2] + j, c);
+        X::store(d[3] + j, e);
+      }
+    }
+    for (int l = l0; l < l0 + 4; ++l)
+      if (dst[l])
+        for (int64_t k = j; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+  }
+  for (int l = l0; l < count; ++l)
+    if (dst[l])
+      for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+}
 
 }  // namespace softsw::cpu::simd
 
