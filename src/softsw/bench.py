@@ -12,8 +12,11 @@ For every shape ``BxMxN`` and mode, one row per method:
 * "softsw x": this baseline's time over softsw's, measured in the same run
   (how many times faster softsw is);
 * check: the largest difference of the scores (and, in training, of the
-  gradients) from the reference method of the group (the anti-diagonal
-  version when it ran, else JAX), relative to max(1, |reference|).
+  gradients; in hvp, of the Hessian-vector products) from the reference
+  method of the group (the anti-diagonal version when it ran, else JAX),
+  relative to max(1, |reference|);
+* "x train" (hvp rows): this method's HVP step over its training step of the
+  same shape, measured in the same run.
 
 Methods: ``softsw`` (the kernels), ``antidiag`` (softsw.antidiagonal, the
 package's anti-diagonal PyTorch version, autograd for training), ``jax``
@@ -21,7 +24,11 @@ package's anti-diagonal PyTorch version, autograd for training), ``jax``
 and ``naive`` (benchmarks/naive_cuda.py, one block per pair, forward only,
 M <= 1024). Modes: ``inference`` (forward under ``no_grad``) and ``training``
 (forward + ``score.sum().backward()``), and the eager-call latency rows
-(``latency-fwd``, ``latency-step``) of one call at 16x32x32.
+(``latency-fwd``, ``latency-step``) of one call at 16x32x32. ``--mode hvp``
+runs the training step and the Hessian-vector-product step of a loss on the
+expected alignment ``P = d score / d S``: forward, ``P`` by a backward with
+``create_graph``, then the backward of ``<W, P>`` for a fixed random ``W``
+(``S.grad`` is then the Hessian of the score times ``W``).
 
 Inputs: scores ~ N(0, 1), linear gap -1, temperature 1, reduction "max"
 unless told otherwise. Each call reads the next of several input buffers, so
@@ -102,7 +109,7 @@ class Case:
     cols: int
     device: str           # "cuda" or "cpu"
     dtype: str            # "float32", ...
-    mode: str             # "inference", "training", "latency-fwd", "latency-step"
+    mode: str             # "inference", "training", "hvp", "latency-fwd", "latency-step"
     affine: bool
     gap_open: float
     gap_extend: Optional[float]
@@ -119,7 +126,12 @@ class Case:
 
     @property
     def training(self) -> bool:
-        return self.mode in ("training", "latency-step")
+        """A backward runs (training step or HVP step): inputs need gradients."""
+        return self.mode in ("training", "latency-step", "hvp")
+
+    @property
+    def hvp(self) -> bool:
+        return self.mode == "hvp"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -152,6 +164,7 @@ class Row:
     peak_kind: str = ""              # "allocated" | "xla-estimate"
     speedup: Optional[float] = None  # this method's time / softsw's (baselines)
     speedups: Dict[str, float] = field(default_factory=dict)  # softsw row: per baseline
+    over_training: Optional[float] = None  # hvp rows: this time / the same method's training step
     check_score: Optional[float] = None
     check_grad: Optional[float] = None
     check_ref: str = ""
@@ -293,7 +306,17 @@ class TorchRunner(Runner):
     def __init__(self, fn, buffers: List[torch.Tensor], case: Case):
         self.buffers = buffers
         self.case = case
-        if case.training:
+        if case.hvp:
+            weight = _hvp_weight(case)
+
+            def step(k):
+                x = buffers[k]
+                x.grad = None
+                out = fn(x)
+                (expected,) = torch.autograd.grad(out.sum(), [x], create_graph=True)
+                (expected * weight).sum().backward()
+                return out
+        elif case.training:
             def step(k):
                 x = buffers[k]
                 x.grad = None
@@ -329,6 +352,14 @@ class TorchRunner(Runner):
     def cleanup(self) -> None:
         for b in self.buffers:
             b.grad = None
+
+
+def _hvp_weight(case: Case) -> torch.Tensor:
+    """The fixed W of the HVP step's loss <W, P>: N(0, 1), like the scores."""
+    gen = torch.Generator(device=case.device)
+    gen.manual_seed(12345)
+    return torch.randn((case.batch, case.rows, case.cols), generator=gen, device=case.device,
+                       dtype=torch.float32).to(case.torch_dtype)
 
 
 class Method:
@@ -470,6 +501,8 @@ class JaxMethod(Method):
         return JaxMethod._module
 
     def check(self, case):
+        if case.hvp:
+            raise Unsupported("no Hessian-vector product in the JAX baseline")
         if case.device == "cpu" and self.args.cpu_threads > 0:
             raise Unsupported(f"CPU rows limit torch to {self.args.cpu_threads} threads; "
                               "JAX's cannot be limited in-process (--cpu-threads 0 runs it)")
@@ -679,12 +712,18 @@ class Bench:
         prior = _PRIOR_PER_DIAGONAL.get(method, (1e-4, 4e-4))[1 if case.training else 0]
         if case.affine:
             prior *= 3
+        if case.hvp:  # ~3 training steps' work: forward, backward, tangent and reverse passes
+            prior *= 3
         hist = self.history.get(key)
         factor, where = 1.0, ""
-        if not hist:  # the other mode's history: a training step costs ~3 forwards
-            other = "inference" if case.training else "training"
+        if not hist:  # another mode's history: a training step costs ~3 forwards
+            if case.hvp:
+                other, factor, where = "training", 3.0, " training x3"
+            elif case.training:
+                other, factor, where = "inference", 3.0, " inference x3"
+            else:
+                other, factor, where = "training", 1 / 3, " training/3"
             hist = self.history.get((method, case.device, other, case.dtype, case.affine))
-            factor, where = (3.0, " inference x3") if case.training else (1 / 3, " training/3")
         if hist:
             cells, diags, secs, shape = max(hist, key=lambda h: h[0])
             secs *= factor
@@ -696,7 +735,7 @@ class Bench:
         per = _PRIOR_PER_CELL_CPU.get(method)
         if per is None:
             return None, ""
-        return per * case.cells * (3 if case.training else 1), "prior"
+        return per * case.cells * (9 if case.hvp else 3 if case.training else 1), "prior"
 
     # ---- one measurement -------------------------------------------------
 
@@ -826,6 +865,8 @@ class Bench:
                 row, res = self.measure(m, case, buffers)
                 if res is not None:
                     results[m] = res
+                if case.hvp:
+                    self._compare_with_training(row)
                 group_rows.append(row)
                 self.rows.append(row)
                 print("   " + _format_row(row), flush=True)
@@ -834,6 +875,19 @@ class Bench:
             del buffers
             self._finish_group(case, group_rows, results)
             self._save()
+
+    def _compare_with_training(self, row: Row) -> None:
+        """An HVP row's time over the same method's training step of the same case."""
+        if row.status != "ok":
+            return
+
+        def same_case(r: Row) -> Tuple:
+            return (r.method, r.shape, r.device, r.dtype, r.affine, r.reduction, r.temperature)
+
+        for r in reversed(self.rows):
+            if r.mode == "training" and r.status == "ok" and same_case(r) == same_case(row):
+                row.over_training = row.median_s / r.median_s
+                return
 
     def _finish_group(self, case: Case, group_rows: List[Row], results: Dict[str, Tuple]):
         by = {r.method: r for r in group_rows}
@@ -879,7 +933,7 @@ class Bench:
         a = self.args
         out = []
         modes = {"inference": ["inference"], "training": ["training"],
-                 "both": ["inference", "training"]}[a.mode]
+                 "both": ["inference", "training"], "hvp": ["training", "hvp"]}[a.mode]
         for (b, m, n, dev) in a.shape_list:
             for mode in modes:
                 out.append(Case(b, m, n, dev, a.dtype, mode, a.gap_extend is not None,
@@ -932,7 +986,8 @@ class Bench:
 # --------------------------------------------------------------------------
 
 _COLUMNS = [("shape", 14), ("dev", 4), ("mode", 12), ("method", 8), ("median", 10),
-            ("Gcell/s", 8), ("peak MiB", 9), ("softsw x", 8), ("check", 13), ("note", 0)]
+            ("Gcell/s", 8), ("peak MiB", 9), ("softsw x", 8), ("x train", 7), ("check", 13),
+            ("note", 0)]
 
 
 def _format_row(r: Row) -> str:
@@ -954,11 +1009,13 @@ def _format_row(r: Row) -> str:
         if r.wall_s is not None:
             note = (f"wall {_fmt_time(r.wall_s)}, back-to-back {_fmt_time(r.b2b_s)}"
                     + ("; " + note if note else ""))
+        over_training = "-" if r.over_training is None else f"{r.over_training:.2f}"
         cells = [r.shape, r.device, r.mode, r.method, _fmt_time(r.median_s),
-                 _fmt_num(r.gcells), peak, speed, check, note]
+                 _fmt_num(r.gcells), peak, speed, over_training, check, note]
     else:
         what = r.error if r.status == "error" else r.note
-        cells = [r.shape, r.device, r.mode, r.method, r.status.upper(), "", "", "", "", what]
+        cells = [r.shape, r.device, r.mode, r.method, r.status.upper(), "", "", "", "", "",
+                 what]
     out = []
     for (name, width), text in zip(_COLUMNS, cells):
         text = str(text)
@@ -990,7 +1047,8 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
           + (f"/{meta['gap_extend']}" if meta.get("gap_extend") is not None else "")
           + f", T={meta.get('temperature')}, reduction {meta.get('reduction')}")
     print("median: CUDA events per call (JAX and CPU: wall clock); softsw x: this method's "
-          "time / softsw's time, same run (how many times faster softsw is); "
+          "time / softsw's time, same run (how many times faster softsw is); x train: HVP "
+          "step / training step (same method, same run); "
           "check: |score - ref| / max(1,|ref|) [/ max |grad - ref grad|]")
     header = " ".join(name.ljust(width) if width else name for name, width in _COLUMNS)
     print(header)
@@ -1017,6 +1075,11 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
             lines.append(f"  {r.shape:>15} training  {r.gcells:8.1f} G cells/s = "
                          f"{100 * r.gcells * 1e9 / floor_training:5.1f}% of the memory floor "
                          f"({floor_training / 1e9:.0f} G cells/s at {bytes_per_cell} B/cell)")
+        if r.mode == "hvp" and r.over_training is not None:
+            target = 4.0 if r.device == "cpu" else 3.0 if r.affine else 2.5
+            lines.append(f"  {r.shape:>15} hvp       {_fmt_num(r.gcells):>8} G cells/s = "
+                         f"{r.over_training:.2f}x the time of the training step "
+                         f"(target <= {target:g}x)")
         if r.mode.startswith("latency"):
             lines.append(f"  {r.shape:>15} {r.mode}: {_fmt_time(r.median_s)} (events), "
                          f"wall {_fmt_time(r.wall_s)}, back-to-back {_fmt_time(r.b2b_s)}")
@@ -1060,7 +1123,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="device of shapes without @ (default: cuda if available)")
     p.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
-    p.add_argument("--mode", default="both", choices=["inference", "training", "both"])
+    p.add_argument("--mode", default="both", choices=["inference", "training", "both", "hvp"],
+                   help="hvp: the training step and the Hessian-vector-product step of a "
+                        "loss on the expected alignment, per shape")
     p.add_argument("--affine", action="store_true",
                    help="affine gaps (gap_extend defaults to -0.5 then)")
     p.add_argument("--gap-open", type=float, default=-1.0)
