@@ -48,8 +48,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import scoring
-from .api import align, alignment
+from . import api, scoring
+from .api import alignment
 
 __all__ = ["search", "SearchResult", "Alignment", "DEFAULT_MEMORY_FRACTION", "main"]
 
@@ -167,7 +167,7 @@ class _Set:
     def rows(self, index: torch.Tensor, width: int, device, dtype=None) -> torch.Tensor:
         """Tokens ``(n, width)`` or padded embeddings ``(n, width, D)`` of ``index``."""
         if not self.embedded:
-            return self.tokens[index.to(self.tokens.device), :width]
+            return torch.index_select(self.tokens, 0, index.to(self.tokens.device))[:, :width]
         picked = [self.embeddings[i] for i in index.tolist()]
         out = torch.zeros(len(picked), width, picked[0].shape[1], device=device, dtype=dtype)
         for k, e in enumerate(picked):
@@ -186,11 +186,18 @@ def _pair_scores(queries: _Set, targets: _Set, q_index, t_index, rows, cols, mat
             a = torch.nn.functional.normalize(a, dim=-1)
             b = torch.nn.functional.normalize(b, dim=-1)
         s = torch.einsum("aid,bjd->abij", a, b)
-    else:
-        q = queries.rows(q_index, rows, device).clamp(min=0)  # padding: any token
-        t = targets.rows(t_index, cols, device).clamp(min=0)
-        s = matrix[q][:, :, t].permute(0, 2, 1, 3)  # (nq, nt, rows, cols)
-    return s.reshape(-1, rows, cols)
+        return s.reshape(-1, rows, cols)
+    q = queries.rows(q_index, rows, device).clamp(min=0)  # padding: any token
+    t = targets.rows(t_index, cols, device).clamp(min=0)
+    # columns[b, x, j] = matrix[x, t[b, j]]; query a's rows of it are its
+    # (nt, rows, cols) score matrices, gathered straight into place.
+    k = matrix.shape[0]
+    columns = torch.index_select(matrix, 1, t.reshape(-1)).view(k, len(t_index), cols)
+    columns = columns.permute(1, 0, 2).contiguous()  # (nt, K, cols)
+    s = torch.empty(len(q_index), len(t_index), rows, cols, device=device, dtype=matrix.dtype)
+    for a in range(len(q_index)):
+        torch.index_select(columns, 1, q[a], out=s[a])
+    return s.view(-1, rows, cols)
 
 
 # --------------------------------------------------------------------------
@@ -266,8 +273,9 @@ def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
 
 
 def _bytes_per_cell(dtype: torch.dtype) -> int:
-    # The score matrices of a call and their permuted copy (the gather, or the
-    # similarity product, writes (q, i, t, j); the kernel reads (q, t, i, j)).
+    # The score matrices of a call, twice: with embeddings, the similarity
+    # product writes (q, i, t, j) and the kernel reads a (q, t, i, j) copy.
+    # (Sequences need them once; the budget keeps the same cells per call.)
     return 2 * torch.tensor([], dtype=dtype).element_size()
 
 
@@ -442,6 +450,23 @@ def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, g
 # --------------------------------------------------------------------------
 
 
+def _scorer(gap_open: float, gap_extend: Optional[float], temperature: float, reduction: str):
+    """scores, lengths -> (B,) inference scores: softsw.align's op without
+    its argument checks. The lengths check reads the tensor, a host sync per
+    call that would keep the host from queuing the next call while the
+    device works; the lengths here are right by construction."""
+    temperature = api._check_temperature(temperature)
+    code = api._check_reduction(reduction)
+    affine = gap_extend is not None and gap_extend != gap_open
+    extend = gap_extend if affine else gap_open
+
+    def run(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        api._check_device_served(scores)
+        return torch.ops.softsw.forward(scores, None, None, gap_open, extend, affine,
+                                        temperature, lengths, code, False)[0]
+    return run
+
+
 def _progress_bar(total: int, enabled: Optional[bool]):
     """A tqdm bar, or None. tqdm is optional: a progress bar is a convenience,
     not worth a dependency of the library (None: a bar only when stderr is a
@@ -540,6 +565,7 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
                          "and sequences (it returns aligned strings)")
     sub_scores = None if embedded else sub.scores.to(device=device, dtype=dtype)
 
+    kernel = _scorer(gap_open, gap_extend, temperature, reduction)
     budget = _budget_bytes(memory_budget, device)
     cells = budget // _bytes_per_cell(dtype)
     if batch_cells is not None:
@@ -570,10 +596,7 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
             nq, nt = len(call.q_index), len(call.t_index)
             lengths = torch.stack([q_set.lengths[call.q_index].repeat_interleave(nt),
                                    t_set.lengths[call.t_index].repeat(nq)], 1).to(device)
-            with torch.no_grad():
-                score = align(s, gap_open, temperature, gap_extend=gap_extend,
-                              lengths=lengths, reduction=reduction)
-            score = score.to(result_dtype).view(nq, nt)
+            score = kernel(s, lengths).to(result_dtype).view(nq, nt)
             del s
             q_dev, t_dev = call.q_index.to(device), call.t_index.to(device)
             if k is None:
