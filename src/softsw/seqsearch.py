@@ -689,6 +689,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _join_torchrun(device: Optional[str]) -> bool:
+    """Under torchrun (WORLD_SIZE > 1 in the environment), joins the default
+    process group: NCCL on one GPU per local rank, gloo on the CPU. True if
+    this call started it."""
+    import torch.distributed as dist
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return False
+    on_gpu = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
+    if on_gpu and device is None:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if on_gpu else "gloo")
+    return True
+
+
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
@@ -706,19 +720,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if budget is not None and budget > 1:
         budget = int(budget)
     hard = args.temperature == 0
+    device = args.device
+    started = _join_torchrun(device)
+    if started and device is None and torch.cuda.is_available():
+        device = f"cuda:{torch.cuda.current_device()}"
     try:
         result = search([r.sequence for r in queries], [r.sequence for r in targets],
                         matrix=args.matrix, gap_open=args.gap_open,
                         gap_extend=args.gap_extend, temperature=args.temperature,
-                        top=args.top, alignments=hard, device=args.device,
+                        top=args.top, alignments=hard, device=device,
                         memory_budget=budget, batch_cells=args.batch_cells,
                         unknown=args.unknown, progress=False if args.no_progress else None)
     except (ValueError, TypeError, ImportError) as err:
         print(f"softsw search: error: {err}", file=sys.stderr)
         return 2
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
-        return 0
+    finally:
+        if started:
+            import torch.distributed as dist
+            rank = dist.get_rank()
+            dist.destroy_process_group()
+    if started and rank != 0:
+        return 0  # rank 0 writes
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     try:
         out.write("# " + "\t".join(TSV_COLUMNS) + "\n")
