@@ -222,9 +222,34 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
         score = torch.ops.softsw.forward(*args, False)[0]
     elif torch.compiler.is_compiling():
         score = torch.ops.softsw.forward(*args, True)[0]  # the registered autograd
-    else:
+    elif torch._C._are_functorch_transforms_active():
         score = _ops.ForwardFunction.apply(*args)[0]
+    else:
+        score = _EagerForward.apply(*args)
     return score.squeeze(0) if squeeze else score
+
+
+class _EagerForward(torch.autograd.Function):
+    """Autograd of ``softsw::forward`` for plain eager calls of :func:`align`.
+
+    The same forward and backward ops, and the same backward, as the
+    ``torch.library`` registration (kept for torch.compile) and
+    ``_ops.ForwardFunction`` (for functorch transforms). The registration's
+    eager wrapper re-reads the op schema on every call (``fill_defaults``),
+    and an ``autograd.Function`` with ``setup_context`` binds its arguments
+    with ``inspect.signature`` on every call: each about 0.1 to 0.2 ms of
+    host time per call, measured, more than a small problem's kernels take.
+    """
+
+    @staticmethod
+    def forward(ctx, *args):
+        score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
+        _ops.save_forward_state(ctx, args, hidden, argmax, total)
+        return score
+
+    @staticmethod
+    def backward(ctx, grad_score):
+        return _ops.backward_of_forward(ctx, grad_score) + (None,) * 6
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
@@ -245,12 +270,12 @@ def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: floa
     on the soft alignment itself can be trained.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    if torch.compiler.is_compiling():  # the registered autograd
-        forward, backward = torch.ops.softsw.forward, torch.ops.softsw.backward
-        score, hidden, argmax, total = forward(*args, True)
-    else:
+    if torch._C._are_functorch_transforms_active():
         forward, backward = _ops.ForwardFunction.apply, _ops.BackwardFunction.apply
         score, hidden, argmax, total = forward(*args)
+    else:  # the registered autograd
+        forward, backward = torch.ops.softsw.forward, torch.ops.softsw.backward
+        score, hidden, argmax, total = forward(*args, True)
     ones = torch.ones_like(score)
     expected = backward(ones, *args, hidden, argmax, total)[0]
     if squeeze:
