@@ -1,35 +1,39 @@
 // Inference forward on CUDA in the probability domain (probability.h): linear
 // gaps with a constant gap score, T > 0, both reductions, every dtype.
 //
-// The cell is Z = 1 + w Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]) with w = 2^s, one
-// exp2 and three adds/FMAs, where the log domain needs a softmax of four terms.
-// With a cell that cheap the scores' memory path decides the speed, so the
-// scores are staged through shared memory:
+// The cell is Z = 1 + w Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]) with w = 2^s: one
+// exp2 and three adds/FMAs, where the log domain needs a softmax of four
+// terms. With a cell that cheap the scores' memory path decides the speed, so
+// the scores are staged through shared memory.
 //
-// Work split. One warp per band of 32 rows (wavefront.cuh's geometry with one
-// row per lane): lane l owns band row l and at step t computes column t - l.
+// Work split. One warp per band of 32R rows (wavefront.cuh's geometry): lane l
+// owns band rows lR .. lR+R-1 and at step t computes column t - lR - k of its
+// row k. Several rows per lane mean fewer bands per pair (each band waits
+// ~64 steps for the one above it) and R independent cells per step.
 //
-// Staging. The steps are taken 32 at a time (a chunk). Chunk q needs, for band
-// row r, the 32 columns 32q - r .. 32q - r + 31: a parallelogram. Lane x loads
-// element x of every row of it (32 loads, each warp-wide load one row's 32
-// consecutive scores: coalesced) a whole chunk before it is used, keeps it in
-// registers while the current chunk runs, and then stores it into the other of
-// two shared-memory slots. In a slot, row r is padded to 33 (34 for 2-byte
-// types) elements so that step x, where lane l reads slot[l][x], hits 32
-// different banks, as do the stores of one row.
+// Staging. Steps are taken 32 at a time (a chunk). Chunk q needs, of band row
+// r, the 32 columns 32q - r .. 32q - r + 31: a parallelogram, copied with
+// cp.async (no registers held, each warp-wide copy one row's consecutive
+// scores) two chunks ahead into a ring of two shared-memory slots. A slot
+// keeps row lR + k at [k][l], rows padded to 33 elements (34 for 2-byte types,
+// copied as 4-byte words), so that a step, where every lane reads element x
+// of its row k, hits 32 different banks.
 //
-// Scaling. Each lane keeps its row as z = Z 2^-o with its own exponent o and
-// brings z back to [1, 2) every kRenormSteps steps; a value from the lane above
-// is multiplied by f = 2^(o_above - o), recomputed at each renormalisation.
-// The reductions fold into log2 units (SoftTotal, the running max) at the same
-// time, before o changes.
+// Scaling. Each row is kept as z = Z 2^-o with its own exponent o and brought
+// back to [1, 2) every kRenormSteps steps; a value from the row above is
+// multiplied by f = 2^(o_above - o), recomputed then. The reductions fold into
+// log2 units (SoftTotal, the running max) at the same time, before o changes.
 //
-// Range. When a chunk is staged, the warp checks that every score of it is
-// within ProbabilityRange (NaN and inf are not). The first chunk that is not
-// switches the band to the log domain for the rest of its steps: the state is
-// converted (H = log2 z + o) before any cell of that chunk is computed, so
-// every cell is exact either way. Bands decide alone: the band edges travel as
-// a mantissa and an exponent (Z = m 2^e) whichever domain wrote them.
+// Range. probability.h says when the scaled form is exact: it is unless a value
+// overflows between two renormalisations (tiny weights only lose what is
+// negligible anyway). So the warp checks after every 8 steps that every z is
+// finite; if one is not (a score or gap too large for T, an inf or NaN score,
+// an edge from a band that ran in the log domain with huge values), the 8
+// steps are undone (a snapshot of the state is taken before them) and redone
+// in the log domain (recurrence.h's LinearCell), as is the rest of the band.
+// Every cell is exact either way, and a band's result depends on its data
+// only. Band edges travel as a mantissa and an exponent (Z = m 2^e) whichever
+// domain wrote them, published after the 8 steps that finish them are checked.
 //
 // Argmax: an inference forward does not keep the state the argmax serves, so
 // this pass leaves it -1 (problem.h).
@@ -43,12 +47,12 @@ template <typename T, typename A>
 struct ProbabilityForwardArgs {
   int64_t batch, rows, cols, nbands;
   const T* scores;
+  const T* scores_end;  // one past the last element (2-byte copies stay inside)
   const int64_t* lengths;
-  A scale;        // kernel units per caller unit
-  A unscale;      // caller units per kernel unit
-  A gap;          // the gap in kernel units (log domain)
-  A gap_weight;   // 2^gap (probability domain)
-  A score_limit;  // the largest |score| (caller units) the probability domain holds
+  A scale;       // kernel units per caller unit
+  A unscale;     // caller units per kernel unit
+  A gap;         // the gap in kernel units (log domain)
+  A gap_weight;  // 2^gap (probability domain)
   bool soft_reduction;
   T* score;
   int64_t* argmax;
@@ -57,45 +61,88 @@ struct ProbabilityForwardArgs {
 };
 
 constexpr int kChunkSteps = kWarp;
+// Steps between two checks (and renormalisations); a chunk holds whole groups.
+constexpr int kGroupSteps = 8;
 // Row pitch of a staging slot, in elements: 32 + padding (see the header).
 template <typename T> constexpr int kStagePitch = sizeof(T) == 2 ? 34 : 33;
 // Elements of a warp's two staging slots.
-template <typename T> constexpr int kStageElements = 2 * kWarp * kStagePitch<T>;
+template <typename T, int R> constexpr int kStageElements = 2 * R * kWarp * kStagePitch<T>;
 
-template <typename T>
+template <typename T, int R>
 constexpr size_t probability_forward_smem() {
-  return size_t(kWarpsPerBlock) * kStageElements<T> * sizeof(T);
+  return size_t(kWarpsPerBlock) * kStageElements<T, R> * sizeof(T);
 }
 
-// A band edge value Z = m 2^e, as tagged words: the mantissa m in [1, 2),
-// then the exponent e (an integer, or a non-finite m with e = 0 for an
-// infinite or NaN H). e is kept as an A: in the log domain it may exceed int.
+// cp.async of BYTES (4 or 8) from global to shared memory; zeros when !ok.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* shared, const void* global, bool ok) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(global),
+               "n"(BYTES), "r"(ok ? BYTES : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// A band edge value Z = m 2^e as two tagged words of A each: the mantissa m
+// in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
+// exponent e, an integer kept as an A (in the log domain it may exceed int).
+// Both words are loaded before either is waited on: one round trip.
 template <typename A>
 struct ScaledEdge {
-  static constexpr int kWords = 2 * TaggedEdge<A>::kWords;
+  static constexpr int kValueWords = TaggedEdge<A>::kWords;
+  static constexpr int kWords = 2 * kValueWords;
   __device__ static void put(unsigned long long* column, A m, A e, int col) {
     TaggedEdge<A>::put(column, m, col);
-    TaggedEdge<A>::put(column + TaggedEdge<A>::kWords, e, col);
+    TaggedEdge<A>::put(column + kValueWords, e, col);
   }
   __device__ static void get(const unsigned long long* column, int col, A& m, A& e) {
-    m = TaggedEdge<A>::get(column, col);
-    e = TaggedEdge<A>::get(column + TaggedEdge<A>::kWords, col);
+    const unsigned long long tag = static_cast<unsigned long long>(col + 1);
+    unsigned long long word[kWords];
+    for (;;) {
+      bool ready = true;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word[w]) : "l"(column + w) : "memory");
+        ready &= (word[w] >> 32) == tag;
+      }
+      if (ready) break;
+      __nanosleep(32);
+    }
+    uint32_t bits[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) bits[w] = static_cast<uint32_t>(word[w]);
+    memcpy(&m, bits, sizeof(A));
+    memcpy(&e, bits + kValueWords, sizeof(A));
   }
 };
 
-// The largest edge exponent the probability domain takes (an int, exact in A).
-template <typename A> constexpr A kMaxEdgeExponent = A(1 << 23);
+// An exponent stored as an A, as an int for pow2 (beyond +-2^30 pow2 gives
+// inf or 0 either way).
+template <typename A> __device__ __forceinline__ int exponent_int(A e) {
+  const A limit = A(1 << 30);
+  return static_cast<int>(e > limit ? limit : e < -limit ? -limit : e);
+}
 
-template <typename T, typename A>
+template <typename T, typename A, int R>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
-  constexpr int kRenorm = ProbabilityRange<A>::kRenormSteps;
-  static_assert(kChunkSteps % kRenorm == 0, "a chunk holds whole renormalisation periods");
+  static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
+  static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
+  constexpr int kBandRows = kWarp * R;
   constexpr int kPitch = kStagePitch<T>;
-  extern __shared__ __align__(16) unsigned char stage_bytes[];
-  T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T>;
-  const int lane = threadIdx.x & (kWarp - 1);
+  constexpr int kSlot = kBandRows * kPitch;  // elements of one slot
+  constexpr A kInf = std::numeric_limits<A>::infinity();
   using Edge = ScaledEdge<A>;
+  using LogCell = LinearCell<A, false>;
+  extern __shared__ __align__(16) unsigned char stage_bytes[];
+  T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, R>;
+  const int lane = threadIdx.x & (kWarp - 1);
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
   const A c = a.gap_weight;
@@ -116,212 +163,289 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
       continue;
     }
-    const int top = static_cast<int>(band) * kWarp;
+    const int top = static_cast<int>(band) * kBandRows;
     if (top >= m) continue;  // padding rows: no work
-    const int rows_here = m - top < kWarp ? m - top : kWarp;
+    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
     const bool has_above = band > 0;
-    const bool has_below = top + kWarp < m;
-    const bool row_ok = lane < rows_here;
+    const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
     const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * Edge::kWords;
     unsigned long long* edge_below = edges + unit_id * a.cols * Edge::kWords;
     const int steps = n + rows_here - 1;
     const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
+    const int r0 = lane * R;  // this lane's first band row
+    bool row_ok[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) row_ok[k] = r0 + k < rows_here;
 
-    // ---- staging: lane x holds element x of every row of the next chunk
+    // ---- staging: chunk q into slot q & 1, row lR + k at [k][l]
     const T* const band_scores = a.scores + b * plane + int64_t(top) * a.cols;
-    T held[kWarp];
-    auto load_chunk = [&](int q) {
-      const T* p = band_scores + kChunkSteps * q + lane;
-#pragma unroll
-      for (int r = 0; r < kWarp; ++r) {
-        const int col = kChunkSteps * q + lane - r;
-        held[r] = r < rows_here && col >= 0 && col < n ? load_raw(p) : raw_zero<T>();
-        p += a.cols - 1;
-      }
-    };
-    // Stores the held chunk q into its slot; true when all its scores are in range.
     auto stage_chunk = [&](int q) {
-      T* slot = stage + (q & 1) * kWarp * kPitch + lane;
-      bool in_range = true;
-      __syncwarp();  // every lane is done reading chunk q - 2 from this slot
-#pragma unroll
-      for (int r = 0; r < kWarp; ++r) {
-        slot[r * kPitch] = held[r];
-        in_range &= fabs(to_acc<A>(held[r])) <= a.score_limit;  // false for NaN
+      T* const slot = stage + (q & 1) * kSlot;
+#pragma unroll 4
+      for (int r = 0; r < kBandRows; ++r) {
+        T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
+        const int col0 = kChunkSteps * q - r;  // the row's first column in this chunk
+        const T* const src = band_scores + int64_t(r) * a.cols + col0;
+        const bool row_in = r < rows_here;
+        if constexpr (sizeof(T) >= 4) {
+          const int col = col0 + lane;
+          const bool ok = row_in && col >= 0 && col < n;
+          copy_async<sizeof(T)>(dst + lane, ok ? src + lane : a.scores, ok);
+        } else {
+          // 4-byte words covering the 32 elements: word j holds columns
+          // col0 - off + 2j and +1 (off: the first element's place in its word).
+          const int off = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 1) & 1);
+          const T* const word = src - off + 2 * lane;
+          const int col = col0 - off + 2 * lane;
+          const bool ok = row_in && col + 1 >= 0 && col < n;
+          if (lane > 16) {
+            // 17 words cover the row: nothing to copy (a zero fill would spill over)
+          } else if (ok && word + 2 > a.scores_end) {
+            dst[2 * lane] = *word;  // the tensor's very last element, alone
+          } else {
+            copy_async<4>(dst + 2 * lane, ok ? word : a.scores, ok);
+          }
+        }
       }
-      __syncwarp();
-      return __all_sync(kFullMask, in_range);
+      copy_async_commit();
     };
+    // This lane's row k of a slot, from its first element.
+    const T* srow[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      int off = 0;
+      if constexpr (sizeof(T) == 2)
+        off = static_cast<int>(
+            (reinterpret_cast<uintptr_t>(band_scores + int64_t(r0 + k) * (a.cols - 1)) >> 1) & 1);
+      srow[k] = stage + (k * kWarp + lane) * kPitch + off;
+    }
 
-    // ---- state (probability domain): this row as z = Z 2^-o
-    A z = A(1), diag = A(1);  // the last cell, and Z[i-1, j-1] for the next (both border 1)
-    int o = 0;
-    A start = A(1);           // 2^-o: the start term (and the border)
-    A from_above = A(1);      // 2^(o_above - o)
-    int o_first = 0, o_last = 0;  // lane 0's and lane 31's exponents
-    A best_z = A(0), sum_z = A(0);  // the reductions since the last fold, in this scale
-    // ---- state (log domain, after a switch): H = log2 Z
-    A h = A(0), hdiag = A(0);
+    // ---- state, probability domain: row k as z = Z 2^-o[k]
+    A z[R], diag[R], start[R], from_above[R], best_z[R], sum_z[R];
+    int o[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      z[k] = diag[k] = start[k] = from_above[k] = A(1);  // border: Z = 1
+      best_z[k] = sum_z[k] = A(0);
+      o[k] = 0;
+    }
+    int o_first = 0, o_last = 0;  // lane 0's row 0 and lane 31's row R-1
+    // ---- state, log domain (after a switch): H = log2 Z
+    A h[R] = {}, hdiag[R] = {};
     // ---- reductions, log2 units
     A best = A(0);
     SoftTotal<A> soft;
-    // ---- band edges: column 32k + lane of the band above (Z = edge_m 2^edge_e,
-    // edge_up the same in lane 0's scale, edge_h its log2) and of this band's
-    // last row for the band below (low_z 2^low_o, or low_h)
+    // ---- edges: column 32k + lane of the band above (Z = edge_m 2^edge_e;
+    // edge_up in lane 0's scale, edge_h its log2) and of this band's last
+    // row for the band below (low_z 2^low_o or low_h; step 31 of a chunk
+    // collects the next chunk's column 0 into pend_* until the store is done)
     A edge_m = A(1), edge_e = A(0), edge_up = A(1), edge_h = A(0);
-    A low_z = A(1), low_h = A(0);
-    int low_o = 0;
+    A low_z = A(1), pend_z = A(1), low_h = A(0), pend_h = A(0);
+    int low_o = 0, pend_o = 0;
+    // Edge columns due for storing at the end of the group of steps: a full
+    // group of 32 ending at store_group, and the pair's last column (when it
+    // does not end a full group).
+    int store_group = -1, store_tail = -1;
 
     auto fold = [&]() {
-      if (a.soft_reduction) {
-        if (sum_z > A(0)) soft.add(log2_acc(sum_z) + A(o));
-        sum_z = A(0);
-      } else {
-        if (best_z > A(0)) best = max_of(best, log2_acc(best_z) + A(o));
-        best_z = A(0);
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        if (a.soft_reduction) {
+          if (sum_z[k] > A(0)) soft.add(log2_acc(sum_z[k]) + A(o[k]));
+        } else if (best_z[k] > A(0)) {
+          best = max_of(best, log2_acc(best_z[k]) + A(o[k]));
+        }
+        sum_z[k] = best_z[k] = A(0);
       }
     };
     auto renormalise = [&]() {
-      const int e = exponent_of(z);
-      const A down = pow2<A>(-e);
-      z *= down;
-      diag *= down;
       fold();
-      o += e;
-      start = pow2<A>(-o);
-      from_above = pow2<A>(__shfl_up_sync(kFullMask, o, 1) - o);
-      o_first = __shfl_sync(kFullMask, o, 0);
-      o_last = __shfl_sync(kFullMask, o, kWarp - 1);
-      edge_up = edge_m * pow2<A>(static_cast<int>(edge_e) - o_first);
-    };
-    // Columns t0 .. t0 + 31 of the band above (lane l: column t0 + l); true
-    // when the probability domain can take them all.
-    auto load_edge = [&](int t0) {
-      const int col = t0 + lane;
-      edge_m = A(1);
-      edge_e = A(0);
-      if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e);
-      return __all_sync(kFullMask, edge_m <= A(2) && fabs(edge_e) <= kMaxEdgeExponent<A>);
-    };
-    // The band's last row, columns first..last of one aligned group of 32, to
-    // the band below.
-    auto store_edge = [&](int first, int last, bool log_domain) {
-      const int col = (first & ~(kWarp - 1)) + lane;
-      if (col < first || col > last) return;
-      A mant, e;
-      if (!log_domain) {
-        const int k = exponent_of(low_z);
-        mant = low_z * pow2<A>(-k);
-        e = A(k + low_o);
-      } else if (is_nan(low_h) || low_h == std::numeric_limits<A>::infinity()) {
-        mant = low_h;
-        e = A(0);
-      } else {
-        e = floor(low_h);
-        mant = exp2_acc(low_h - e);
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int e = exponent_of(z[k]);
+        const A down = pow2<A>(-e);
+        z[k] *= down;
+        diag[k] *= down;
+        o[k] += e;
+        start[k] = pow2<A>(-o[k]);
       }
-      Edge::put(edge_below + int64_t(col) * Edge::kWords, mant, e, col);
+      from_above[0] = pow2<A>(__shfl_up_sync(kFullMask, o[R - 1], 1) - o[0]);
+#pragma unroll
+      for (int k = 1; k < R; ++k) from_above[k] = pow2<A>(o[k - 1] - o[k]);
+      o_first = __shfl_sync(kFullMask, o[0], 0);
+      o_last = __shfl_sync(kFullMask, o[R - 1], kWarp - 1);
+      edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
     };
-    auto to_log_domain = [&]() {
-      fold();
-      h = log2_acc(z) + A(o);
-      hdiag = log2_acc(diag) + A(o);  // -inf if it flushed to 0: it was negligible
-      edge_h = log2_acc(edge_m) + edge_e;
-      low_h = log2_acc(low_z) + A(low_o);
+    auto inside = [&](int t, int k) {
+      return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
     };
 
-    // One chunk of steps t0 .. t0 + 31 reading `s` (this lane's row of the
-    // slot). Steps past the band's last are no-ops. CHECKED: whether some
-    // cell of the chunk may lie outside the pair.
-    auto probability_chunk = [&](const int t0, const T* s, auto checked) {
+    // One step in the probability domain. x: the step within its chunk.
+    auto probability_step = [&](const int t, const int x, const int sx, auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
+      const A up_lane = __shfl_up_sync(kFullMask, z[R - 1], 1) * from_above[0];
+      const A up_edge = __shfl_sync(kFullMask, edge_up, x);
 #pragma unroll
-      for (int x = 0; x < kChunkSteps; ++x) {
-        const int t = t0 + x;
-        const A up_lane = __shfl_up_sync(kFullMask, z, 1) * from_above;
-        const A up_edge = __shfl_sync(kFullMask, edge_up, x);
-        const A up = lane != 0 ? up_lane : has_above ? up_edge : start;
-        const A w = exp2_acc(scaled(to_acc<A>(s[x]), a.scale));
-        const A zn = probability_cell(start, w, diag, c, up, z);
-        diag = up;
-        if (kChecked) {
-          const bool inside = row_ok && static_cast<unsigned>(t - lane) < static_cast<unsigned>(n);
-          z = inside ? zn : z;
-          if (a.soft_reduction) sum_z += inside ? zn : A(0);
-          else best_z = max_of(best_z, inside ? zn : A(0));
-        } else {
-          z = zn;
-          if (a.soft_reduction) sum_z += zn;
-          else best_z = max_of(best_z, zn);
+      for (int k = R - 1; k >= 0; --k) {  // row k reads row k-1's value before this step
+        const A up = k > 0 ? z[k - 1] * from_above[k]
+                           : lane != 0 ? up_lane : has_above ? up_edge : start[0];
+        const A w = exp2_acc(scaled(to_acc<A>(srow[k][sx]), a.scale));
+        const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
+        diag[k] = up;
+        const bool in = !kChecked || inside(t, k);
+        z[k] = in ? zn : z[k];
+        if (a.soft_reduction) sum_z[k] += in ? zn : A(0);
+        else best_z[k] = max_of(best_z[k], in ? zn : A(0));
+      }
+      if (has_below) {
+        const A v = __shfl_sync(kFullMask, z[R - 1], kWarp - 1);
+        const int col = t - (kBandRows - 1);  // the column lane 31's last row finished
+        if (x == kChunkSteps - 1) {
+          if (lane == 0) { pend_z = v; pend_o = o_last; }
+        } else if (lane == ((col) & (kWarp - 1))) {
+          low_z = v;
+          low_o = o_last;
         }
-        if (has_below) {
-          const int col = t - (kWarp - 1);  // the column lane 31 just finished
-          const A v = __shfl_sync(kFullMask, z, kWarp - 1);
-          if (lane == ((x + 1) & (kWarp - 1))) {
-            low_z = v;
-            low_o = o_last;
-          }
-          if (col >= 0 && col < n && (x == kWarp - 2 || col == n - 1))
-            store_edge(col & ~(kWarp - 1), col, false);
+        if (col >= 0 && col < n) {
+          if ((col & (kWarp - 1)) == kWarp - 1) store_group = col;
+          else if (col == n - 1) store_tail = col;
         }
-        if (x % kRenorm == kRenorm - 1) renormalise();
       }
     };
-    auto log_chunk = [&](const int t0, const T* s) {
-      using Cell = LinearCell<A, false>;
-#pragma unroll 4
-      for (int x = 0; x < kChunkSteps; ++x) {
-        const int t = t0 + x;
-        const A up_lane = __shfl_up_sync(kFullMask, h, 1);
-        const A up_edge = __shfl_sync(kFullMask, edge_h, x);
-        const A up = lane != 0 ? up_lane : has_above ? up_edge : A(0);
-        const A sk = scaled(to_acc<A>(s[x]), a.scale);
-        const A hn = Cell::value(hdiag + sk, up + a.gap, h + a.gap);
-        hdiag = up;
-        const bool inside = row_ok && static_cast<unsigned>(t - lane) < static_cast<unsigned>(n);
-        if (inside) {
-          h = hn;
+    auto log_step = [&](const int t, const int x, const int sx) {
+      const A up_lane = __shfl_up_sync(kFullMask, h[R - 1], 1);
+      const A up_edge = __shfl_sync(kFullMask, edge_h, x);
+#pragma unroll
+      for (int k = R - 1; k >= 0; --k) {
+        const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : has_above ? up_edge : A(0);
+        const A s = scaled(to_acc<A>(srow[k][sx]), a.scale);
+        const A hn = LogCell::value(hdiag[k] + s, up + a.gap, h[k] + a.gap);
+        hdiag[k] = up;
+        if (inside(t, k)) {
+          h[k] = hn;
           if (a.soft_reduction) soft.add(hn);
           else if (!is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
         }
-        if (has_below) {
-          const int col = t - (kWarp - 1);
-          const A v = __shfl_sync(kFullMask, h, kWarp - 1);
-          if (lane == ((x + 1) & (kWarp - 1))) low_h = v;
-          if (col >= 0 && col < n && ((col & (kWarp - 1)) == kWarp - 1 || col == n - 1))
-            store_edge(col & ~(kWarp - 1), col, true);
+      }
+      if (has_below) {
+        const A v = __shfl_sync(kFullMask, h[R - 1], kWarp - 1);
+        const int col = t - (kBandRows - 1);
+        if (x == kChunkSteps - 1) {
+          if (lane == 0) pend_h = v;
+        } else if (lane == (col & (kWarp - 1))) {
+          low_h = v;
+        }
+        if (col >= 0 && col < n) {
+          if ((col & (kWarp - 1)) == kWarp - 1) store_group = col;
+          else if (col == n - 1) store_tail = col;
         }
       }
     };
+    // The band's last row to the band below: columns (last & ~31) .. last.
+    auto put_columns = [&](int last, bool log_domain, A z_col, int o_col, A h_col) {
+      const int col = (last & ~(kWarp - 1)) + lane;
+      if (col > last) return;
+      A mant, e;
+      if (!log_domain) {
+        const int k = exponent_of(z_col);
+        mant = z_col * pow2<A>(-k);
+        e = A(k + o_col);
+      } else if (is_nan(h_col) || h_col == kInf) {
+        mant = h_col;
+        e = A(0);
+      } else {
+        e = floor(h_col);
+        mant = exp2_acc(h_col - e);
+      }
+      Edge::put(edge_below + int64_t(col) * Edge::kWords, mant, e, col);
+    };
+    // The columns due at the end of a group. The column collected at a
+    // chunk's last step (t0 + 32 - 32R, lane 0's) waits in pend_* until the
+    // full group before it is stored; it is stored from there when it is the
+    // pair's last column.
+    auto store_edge = [&](int t0, bool log_domain, bool chunk_end) {  // t0: the chunk's first step
+      if (store_group >= 0) put_columns(store_group, log_domain, low_z, low_o, low_h);
+      const bool pending = chunk_end && lane == 0;
+      if (store_tail >= 0) {
+        const bool from_pend = pending && (store_tail & ~(kWarp - 1)) == t0 + kChunkSteps - kBandRows;
+        put_columns(store_tail, log_domain, from_pend ? pend_z : low_z, from_pend ? pend_o : low_o,
+                    from_pend ? pend_h : low_h);
+      }
+      if (pending) {
+        low_z = pend_z;
+        low_o = pend_o;
+        low_h = pend_h;
+      }
+      store_group = store_tail = -1;
+    };
 
-    load_chunk(0);
-    bool next_in_range = stage_chunk(0);
-    if (chunks > 1) load_chunk(1);
+    stage_chunk(0);
+    if (chunks > 1) stage_chunk(1);
+    else copy_async_commit();
     bool log_domain = false;
     for (int q = 0; q < chunks; ++q) {
       const int t0 = q * kChunkSteps;
-      const bool edge_in_range = has_above && t0 < n ? load_edge(t0) : true;
-      if (!log_domain && !(next_in_range && edge_in_range)) {
-        to_log_domain();
-        log_domain = true;
-      }
+      copy_async_wait<1>();  // chunk q has landed (q + 1 may still be in flight)
+      __syncwarp();
       if (has_above && t0 < n) {
+        const int col = t0 + lane;
+        edge_m = A(1);
+        edge_e = A(0);
+        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e);
         if (log_domain) edge_h = log2_acc(edge_m) + edge_e;
-        else edge_up = edge_m * pow2<A>(static_cast<int>(edge_e) - o_first);
+        else edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
       }
-      const T* s = stage + (q & 1) * kWarp * kPitch + lane * kPitch;
-      if (log_domain) {
-        log_chunk(t0, s);
-      } else if (rows_here == kWarp && t0 >= kWarp - 1 && t0 + kChunkSteps <= n) {
-        probability_chunk(t0, s, std::false_type{});
-      } else {
-        probability_chunk(t0, s, std::true_type{});
+      const int slot = (q & 1) * kSlot;
+      const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 && t0 + kChunkSteps <= n;
+      for (int g = 0; g < kChunkSteps; g += kGroupSteps) {
+        const bool chunk_end = g + kGroupSteps == kChunkSteps;
+        if (!log_domain) {
+          // Snapshot, 8 steps, check; undo and switch if a value overflowed.
+          A z0[R], diag0[R];
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            z0[k] = z[k];
+            diag0[k] = diag[k];
+          }
+          const A low_z0 = low_z;
+          const int low_o0 = low_o;
+          if (unchecked) {
+#pragma unroll
+            for (int j = 0; j < kGroupSteps; ++j)
+              probability_step(t0 + g + j, g + j, slot + g + j, std::false_type{});
+          } else {
+#pragma unroll 2
+            for (int j = 0; j < kGroupSteps; ++j)
+              probability_step(t0 + g + j, g + j, slot + g + j, std::true_type{});
+          }
+          bool finite = true;
+#pragma unroll
+          for (int k = 0; k < R; ++k) finite &= z[k] < kInf;  // false for NaN
+          if (__all_sync(kFullMask, finite)) {
+            renormalise();
+            store_edge(t0, false, chunk_end);
+            continue;
+          }
+          // Back to the snapshot, in the log domain.
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            h[k] = log2_acc(z0[k]) + A(o[k]);  // o changes only where a group passes
+            hdiag[k] = log2_acc(diag0[k]) + A(o[k]);  // -inf if it flushed to 0: negligible
+            sum_z[k] = best_z[k] = A(0);  // what the undone steps added (folded up to the snapshot)
+          }
+          edge_h = log2_acc(edge_m) + edge_e;
+          low_h = log2_acc(low_z0) + A(low_o0);
+          store_group = store_tail = -1;
+          log_domain = true;
+        }
+#pragma unroll 1
+        for (int j = 0; j < kGroupSteps; ++j) log_step(t0 + g + j, g + j, slot + g + j);
+        store_edge(t0, true, chunk_end);
       }
-      if (q + 1 < chunks) {
-        next_in_range = stage_chunk(q + 1);
-        if (q + 2 < chunks) load_chunk(q + 2);
-      }
+      __syncwarp();  // every lane is done reading this slot
+      if (q + 2 < chunks) stage_chunk(q + 2);
+      else copy_async_commit();  // an empty group keeps the count of wait<1>
     }
     if (!log_domain) fold();
 
@@ -334,6 +458,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+// SOFTSW_PROBABILITY_ROWS=1 or 2 forces the rows per lane (benchmarks).
+inline int probability_rows_per_lane() {
+  static const int forced = [] {
+    const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
+    return e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 0;
+  }();
+  return forced;
+}
+
 }  // namespace cuda
 
 bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
@@ -344,31 +477,40 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    using Range = ProbabilityRange<A>;
     // The gap in kernel units exactly as the log-domain kernels compute it
     // (gap_reader), so that a band that switches continues the same recurrence.
     const A scale = A(kernel_scale(p));
     const double gap = double(A(p.gap_open.value * double(scale)));
-    if (!Range::gap_ok(gap)) return;
+    if (!ProbabilityRange<A>::gap_ok(gap)) return;
     ProbabilityForwardArgs<T, A> args;
     args.batch = p.batch;
     args.rows = p.rows;
     args.cols = p.cols;
-    args.nbands = band_count(p);
     args.scores = static_cast<const T*>(p.scores);
+    args.scores_end = args.scores + p.batch * p.rows * p.cols;
     args.lengths = p.lengths;
     args.scale = scale;
     args.unscale = A(p.temperature * kLn2);
     args.gap = A(gap);
     args.gap_weight = A(std::exp2(gap));
-    args.score_limit = A(Range::score_limit(scale));
     args.soft_reduction = p.reduction == Reduction::Soft;
     args.score = static_cast<T*>(out.score);
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     args.ws = ws;
-    launch_persistent<probability_forward<T, A>>(args, s, "probability_forward",
-                                                 probability_forward_smem<T>());
+    auto launch = [&](auto rows_per_lane) {
+      constexpr int R = decltype(rows_per_lane)::value;
+      args.nbands = (p.rows + kWarp * R - 1) / (kWarp * R);
+      launch_persistent<probability_forward<T, A, R>>(args, s, "probability_forward",
+                                                      probability_forward_smem<T, R>());
+    };
+    // Rows per lane: two halve the bands of a tall pair (less pipeline fill)
+    // and measured as fast as one or faster from 64 rows on (H200); four
+    // measured slower (the staging then allows one block per SM).
+    const int forced = probability_rows_per_lane();
+    const int R = forced ? forced : p.rows <= 32 ? 1 : 2;
+    if (R == 1) launch(std::integral_constant<int, 1>{});
+    else launch(std::integral_constant<int, 2>{});
     launched = true;
   });
   return launched;
