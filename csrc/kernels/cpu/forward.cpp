@@ -79,13 +79,12 @@ bool forward_linear_vector(const Setup<T>& su, const ForwardOutputs& out) {
     };
     const int64_t groups = group_count(P), scaled_groups = group_count(Q);
     const simd::RowFn row = simd::pick_row(su.hard, su.soft_reduction);
-    const simd::ProbabilityRowFn scaled_row =
-        simd::pick_probability_row(su.soft_reduction, p.gap_open.data != nullptr);
+    const simd::ProbabilityRowFns scaled_rows = simd::pick_probability_rows();
     parallel_for<Scratch<float>>(groups + scaled_groups, work, [&](int64_t g, Scratch<float>& sc) {
       if (g >= groups) {
         g -= groups;
         const int64_t lo = g * Q / scaled_groups, hi = (g + 1) * Q / scaled_groups;
-        simd::probability_group<T>(su, scaled.data() + lo, static_cast<int>(hi - lo), scaled_row,
+        simd::probability_group<T>(su, scaled.data() + lo, static_cast<int>(hi - lo), scaled_rows,
                                    out, sc.lanes);
         return;
       }

@@ -84,7 +84,10 @@ struct ProbabilityRows {
   int32_t* e;
 };
 
-template <int VL, bool SOFT, bool GAP_TENSOR>
+// MASKED: lanes differ in extents, so cells past a lane's pair are masked out
+// of its reduction and its gap weight; unmasked (every busy lane has the
+// group's extents) the idle lanes compute garbage that nobody reads.
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED>
 SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, int32_t n,
                                          int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
@@ -122,12 +125,14 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, in
         const I inside = X::splati(j) <= nl[k];
         F c;
         if constexpr (GAP_TENSOR) c = X::exp2(X::load(r.g + (j - 1) * W + lane));
-        else c = X::sel(inside, c_const, zero);
+        else if constexpr (MASKED) c = X::sel(inside, c_const, zero);
+        else c = c_const;
         const Floats<VL> z = probability_cell<Floats<VL>>(start, w, diag, c, up, left);
         X::store(r.z + j * W + lane, z.v);
         diag = up;
         left = z;
-        const F counted = X::sel(rowok[k] & inside, z.v, zero);
+        F counted = z.v;
+        if constexpr (MASKED) counted = X::sel(rowok[k] & inside, z.v, zero);
         if constexpr (SOFT) red += counted;
         else red = X::vmax(red, counted);
       }
@@ -162,48 +167,60 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, in
 using ProbabilityRowFn = void (*)(const ProbabilityRows&, float, int32_t, int32_t,
                                   ProbabilityLanes&);
 
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, bool MASKED>
 void probability_row_baseline(const ProbabilityRows& r, float gap, int32_t n, int32_t i,
                               ProbabilityLanes& ln) {
-  probability_row_body<4, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+  probability_row_body<4, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, bool MASKED>
 __attribute__((target("avx2,fma"))) void probability_row_avx2(const ProbabilityRows& r,
                                                               float gap, int32_t n, int32_t i,
                                                               ProbabilityLanes& ln) {
-  probability_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+  probability_row_body<8, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
 }
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, bool MASKED>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
 probability_row_avx512(const ProbabilityRows& r, float gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
-  probability_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+  probability_row_body<8, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
 }
 #endif
 
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, bool MASKED>
 ProbabilityRowFn pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<SOFT, GAP_TENSOR>;
-    case 1: return &probability_row_avx2<SOFT, GAP_TENSOR>;
+    case 2: return &probability_row_avx512<SOFT, GAP_TENSOR, MASKED>;
+    case 1: return &probability_row_avx2<SOFT, GAP_TENSOR, MASKED>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<SOFT, GAP_TENSOR>;
+  return &probability_row_baseline<SOFT, GAP_TENSOR, MASKED>;
 }
 
-inline ProbabilityRowFn pick_probability_row(bool soft, bool gap_tensor) {
-  if (soft) return gap_tensor ? pick_probability_row<true, true>() : pick_probability_row<true, false>();
-  return gap_tensor ? pick_probability_row<false, true>() : pick_probability_row<false, false>();
+// The row function for a problem: [masked][soft][gap tensor].
+struct ProbabilityRowFns {
+  ProbabilityRowFn fn[2][2][2];
+};
+inline ProbabilityRowFns pick_probability_rows() {
+  ProbabilityRowFns f;
+  f.fn[0][0][0] = pick_probability_row<false, false, false>();
+  f.fn[0][0][1] = pick_probability_row<false, true, false>();
+  f.fn[0][1][0] = pick_probability_row<true, false, false>();
+  f.fn[0][1][1] = pick_probability_row<true, true, false>();
+  f.fn[1][0][0] = pick_probability_row<false, false, true>();
+  f.fn[1][0][1] = pick_probability_row<false, true, true>();
+  f.fn[1][1][0] = pick_probability_row<true, false, true>();
+  f.fn[1][1][1] = pick_probability_row<true, true, true>();
+  return f;
 }
 
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
 // writes score, total and argmax (-1: the inference forward keeps no state).
 template <typename T>
 void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
-                       ProbabilityRowFn row, const ForwardOutputs& out,
+                       const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
                        std::vector<float>& mem) {
   const Problem& p = su.p;
   const int64_t N = su.N;
@@ -227,8 +244,13 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     ng = std::max(ng, n);
   }
   int64_t lane_n[W];
-  for (int l = 0; l < W; ++l) lane_n[l] = ln.n[l];
+  bool masked = false;
+  for (int l = 0; l < W; ++l) {
+    lane_n[l] = ln.n[l];
+    masked |= l < count && (ln.m[l] != mg || ln.n[l] != ng);
+  }
   const bool gap_tensor = p.gap_open.data != nullptr;
+  const ProbabilityRowFn row = rows_fn.fn[masked][su.soft_reduction][gap_tensor];
   const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
   mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 16), 0.0f);
   float* base = mem.data();
