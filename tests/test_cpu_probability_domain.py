@@ -1,8 +1,8 @@
 """CPU inference forward in the probability domain.
 
-With no gradient wanted, a linear-gap problem at T > 0 with a float
-accumulator (float32, float16, bfloat16) runs, pair by pair, in the
-probability domain: Z = 2^H kept as a mantissa with power-of-two exponents,
+With no gradient wanted, a problem at T > 0 with a float accumulator
+(float32, float16, bfloat16), linear gaps or constant affine gaps, runs, pair
+by pair, in the probability domain: Z = 2^H kept as a mantissa with power-of-two exponents,
 16 pairs to a SIMD group. A pair whose scores or gaps are outside the range
 rule of csrc/kernels/probability.h (|S| / (T ln 2) or |gap| / (T ln 2) above
 FLOAT_LOG2_LIMIT, inf, NaN) runs in the log domain instead, in the same batch.
@@ -25,22 +25,23 @@ from reference import ref_align
 FLOAT_LOG2_LIMIT = 12.0
 
 
-def inference(S, gap, T, lengths, reduction, dtype=torch.float32):
+def inference(S, gap, T, lengths, reduction, dtype=torch.float32, gap_extend=None):
     with torch.no_grad():
-        return softsw.align(S.to(dtype), gap, T, lengths=lengths, reduction=reduction)
+        return softsw.align(S.to(dtype), gap, T, gap_extend=gap_extend, lengths=lengths,
+                            reduction=reduction)
 
 
-def reference(S, gap, T, lengths, reduction, dtype=torch.float32):
+def reference(S, gap, T, lengths, reduction, dtype=torch.float32, gap_extend=None):
     """float64 reference on exactly the (rounded) values the kernel sees."""
     x = S.to(dtype).double()
     g = gap.to(dtype).double() if isinstance(gap, torch.Tensor) else gap
     with torch.no_grad():
-        return ref_align(x, g, T, lengths=lengths, reduction=reduction)
+        return ref_align(x, g, T, gap_extend=gap_extend, lengths=lengths, reduction=reduction)
 
 
-def check(S, gap, T, lengths, reduction, dtype=torch.float32):
-    out = inference(S, gap, T, lengths, reduction, dtype)
-    ref = reference(S, gap, T, lengths, reduction, dtype)
+def check(S, gap, T, lengths, reduction, dtype=torch.float32, gap_extend=None):
+    out = inference(S, gap, T, lengths, reduction, dtype, gap_extend)
+    ref = reference(S, gap, T, lengths, reduction, dtype, gap_extend)
     M, N = S.shape[-2:]
     assert out.dtype == dtype
     tol = score_tol(dtype, M, N) if dtype == torch.float32 else None
@@ -193,3 +194,55 @@ def test_more_accurate_than_the_log_domain(gen):
     err_prob = ((prob - ref).abs() / ref.abs()).max().item()
     err_log = ((log - ref).abs() / ref.abs()).max().item()
     assert err_prob <= err_log, (err_prob, err_log)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0])
+def test_affine_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+    """Affine gaps (open, extend): the five-node cell in the probability
+    domain, or the log domain when the scores or gaps are out of range."""
+    B, M, N = 18, 23, 31
+    S = randn(gen, B, M, N, scale=magnitude)
+    lengths = rand_lengths(gen, B, M, N)
+    S = fill_padding(S, lengths, gen)
+    for extend in (-0.3, -2.0, 1.5):
+        out, _ = check(S, -1.0 * magnitude, T, lengths, reduction,
+                       gap_extend=extend * magnitude)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("side", ["inside", "outside"])
+def test_affine_gaps_at_the_limit(gen, side, reduction):
+    """Scores and both gap scores at the range limit (just inside, or just
+    outside: the whole batch in the log domain)."""
+    B, M, N = 17, 30, 40
+    T = 1.0
+    factor = 0.98 if side == "inside" else 1.02
+    s = factor * FLOAT_LOG2_LIMIT * T * math.log(2)
+    S = randn(gen, B, M, N).clamp(-1, 1) * s
+    S[:4] = s
+    for open_, extend in ((-s, -s), (-s, s), (s, -1.0), (s / 3, s / 2)):
+        out, _ = check(S, open_, T, None, reduction, gap_extend=extend)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_affine_mixed_batch_and_tensor_gaps(gen, reduction):
+    """Pairs out of range next to pairs in range; per-cell affine gaps (which
+    run in the log domain) give the same scores as the reference."""
+    B, M, N = 20, 26, 34
+    T = 0.5
+    S = randn(gen, B, M, N)
+    S[2, 4, 5] = 100.0
+    S[6] *= 1e3
+    lengths = rand_lengths(gen, B, M, N)
+    check(fill_padding(S, lengths, gen), -1.0, T, lengths, reduction, gap_extend=-0.25)
+    go = -torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.5
+    ge = -torch.rand(B, M, N, generator=gen, dtype=torch.float64) * 0.5
+    out = inference(S, go, T, lengths, reduction, gap_extend=ge.float())
+    with torch.no_grad():
+        ref = ref_align(S.float().double(), go.float().double(), T, gap_extend=ge.float().double(),
+                        lengths=lengths, reduction=reduction)
+    assert_close(out, ref, torch.float32, "score", tol=score_tol(torch.float32, M, N))

@@ -48,6 +48,9 @@ bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
     for (int64_t j = 0; j < n; ++j) out |= !(std::fabs(ld(row, j)) <= limit);
     if (out) return false;
   }
+  if (p.affine)  // constant gaps only (per-cell gaps run in the log domain)
+    return p.gap_open.data == nullptr && p.gap_extend.data == nullptr &&
+           Range::gap_ok(p.gap_open.value * su.beta) && Range::gap_ok(p.gap_extend.value * su.beta);
   if (p.gap_open.data == nullptr) return Range::gap_ok(p.gap_open.value * su.beta);
   const GapView<T> g = su.gap(p.gap_open, b);
   const float gap_limit = static_cast<float>(Range::kMaxLog2Weight);
@@ -78,25 +81,61 @@ struct alignas(64) ProbabilityLanes {
 struct ProbabilityRows {
   const float* s;
   const float* g;        // nullptr: the constant gap
-  const float* z_up;     // row i - 1
+  const float* z_up;     // row i - 1 (affine: C)
   const int32_t* e_up;
   float* z;              // row i
   int32_t* e;
+  // Affine gaps: the A and U nodes of row i - 1 and of row i (scaled as z).
+  const float* a_up;
+  const float* u_up;
+  float* a;
+  float* u;
 };
+
+// The constant gap weights' exponents (kernel units): open (linear: the gap)
+// and extend.
+struct ProbabilityGaps {
+  float open, extend;
+};
+
+// A chunk's max or sum `red` (exponent o) folded into a lane's reduction
+// best_m * 2^best_e (best_m in [1, 2), or 0 before the first cell).
+template <int VL, bool SOFT>
+SOFTSW_VINLINE void fold_chunk(typename V<VL>::F red, typename V<VL>::I o,
+                               typename V<VL>::F& best_m, typename V<VL>::I& best_e) {
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  const F zero = X::splat(0.0f);
+  const I has = red > zero;
+  const F rm = X::sel(has, X::mantissa(red), zero);
+  const I re = X::seli(has, X::exponent(red) + o, best_e);
+  if constexpr (SOFT) {
+    const I top = X::imax(best_e, re);
+    const F sum = best_m * X::pow2(best_e - top) + rm * X::pow2(re - top);
+    const I has_sum = sum > zero;
+    best_m = X::sel(has_sum, X::mantissa(sum), zero);
+    best_e = X::seli(has_sum, top + X::exponent(sum), best_e);
+  } else {
+    const I upd = has & ((re > best_e) | ((re == best_e) & (rm > best_m)));
+    best_m = X::sel(upd, rm, best_m);
+    best_e = X::seli(upd, re, best_e);
+  }
+}
 
 // MASKED: lanes differ in extents, so cells past a lane's pair are masked out
 // of its reduction and its gap weight; unmasked (every busy lane has the
 // group's extents) the idle lanes compute garbage that nobody reads.
 template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED>
-SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, int32_t n,
-                                         int32_t i, ProbabilityLanes& ln) {
+SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
+                                         int32_t n, int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
   constexpr int K = W / VL;
   constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
-  const F c_const = X::exp2(X::splat(gap));
+  const F c_const = X::exp2(X::splat(gap.open));
   I rowok[K], nl[K], el[K], ed[K], best_e[K];
   F zl[K], zd[K], best_m[K];
   for (int k = 0; k < K; ++k) {
@@ -141,21 +180,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, in
       ed[k] = eu;
       zl[k] = left.v;
       el[k] = o;
-      // Fold the chunk into the lane's reduction (mant * 2^expo).
-      const I has = red > zero;
-      const F rm = X::sel(has, X::mantissa(red), zero);
-      const I re = X::seli(has, X::exponent(red) + o, best_e[k]);
-      if constexpr (SOFT) {
-        const I top = X::imax(best_e[k], re);
-        const F sum = best_m[k] * X::pow2(best_e[k] - top) + rm * X::pow2(re - top);
-        const I has_sum = sum > zero;
-        best_m[k] = X::sel(has_sum, X::mantissa(sum), zero);
-        best_e[k] = X::seli(has_sum, top + X::exponent(sum), best_e[k]);
-      } else {
-        const I upd = has & ((re > best_e[k]) | ((re == best_e[k]) & (rm > best_m[k])));
-        best_m[k] = X::sel(upd, rm, best_m[k]);
-        best_e[k] = X::seli(upd, re, best_e[k]);
-      }
+      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -164,56 +189,149 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, float gap, in
   }
 }
 
-using ProbabilityRowFn = void (*)(const ProbabilityRows&, float, int32_t, int32_t,
+// The affine-gap cell in the probability domain (the nodes of recurrence.h's
+// AffineCell as Z = 2^node, boundary A = B = C = 1, U = L = D = 0):
+//   D = w C[i-1,j-1]            U = o A[i-1,j] + e U[i-1,j]
+//   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
+// with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
+// row (C bounds A and U from above, and B + L = C on the left).
+template <int VL, bool SOFT, bool MASKED>
+SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
+                                                int32_t n, int32_t i, ProbabilityLanes& ln) {
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  constexpr int K = W / VL;
+  constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
+  const F zero = X::splat(0.0f), one = X::splat(1.0f);
+  const F open_const = X::exp2(X::splat(gap.open)), extend_const = X::exp2(X::splat(gap.extend));
+  I rowok[K], nl[K], el[K], ed[K], best_e[K];
+  F bl[K], ll[K], cd[K], best_m[K];
+  for (int k = 0; k < K; ++k) {
+    rowok[k] = X::splati(i) <= X::loadi(ln.m + k * VL);
+    nl[k] = X::loadi(ln.n + k * VL);
+    cd[k] = bl[k] = one;  // C[i-1, 0] = B[i, 0] = 1, L[i, 0] = 0, exponent 0
+    ll[k] = zero;
+    el[k] = ed[k] = X::splati(0);
+    best_m[k] = X::load(ln.mant + k * VL);
+    best_e[k] = X::loadi(ln.expo + k * VL);
+  }
+  for (int32_t j0 = 1, q = 0; j0 <= n; j0 += C, ++q) {
+    const int32_t j1 = std::min(j0 + C - 1, n);
+    for (int k = 0; k < K; ++k) {
+      const int64_t lane = k * VL;
+      const I eu = X::loadi(r.e_up + q * W + lane);
+      F mu = X::load(r.z_up + j0 * W + lane);
+      for (int32_t j = j0 + 1; j <= j1; ++j) mu = X::vmax(mu, X::load(r.z_up + j * W + lane));
+      I o = X::imax(eu + X::exponent(mu),
+                    X::imax(ed[k] + X::exponent(cd[k]), el[k] + X::exponent(bl[k] + ll[k])));
+      o = X::imax(o, X::splati(0));
+      const F fu = X::pow2(eu - o), start = X::pow2(-o), fl = X::pow2(el[k] - o);
+      F diag = cd[k] * X::pow2(ed[k] - o), b = bl[k] * fl, l = ll[k] * fl;
+      F red = zero;
+      for (int32_t j = j0; j <= j1; ++j) {
+        const int64_t c = j * W + lane;
+        const F w = X::exp2(X::load(r.s + c - W));
+        F ow = open_const, ew = extend_const;
+        const I inside = X::splati(j) <= nl[k];
+        if constexpr (MASKED) {
+          ow = X::sel(inside, ow, zero);
+          ew = X::sel(inside, ew, zero);
+        }
+        const F d = w * diag;
+        const F u = ow * (X::load(r.a_up + c) * fu) + ew * (X::load(r.u_up + c) * fu);
+        l = ow * b + ew * l;
+        const F sd = start + d;
+        b = sd + u;
+        const F z = b + l;
+        X::store(r.z + c, z);
+        X::store(r.a + c, sd + l);
+        X::store(r.u + c, u);
+        diag = X::load(r.z_up + c) * fu;
+        F counted = z;
+        if constexpr (MASKED) counted = X::sel(rowok[k] & inside, z, zero);
+        if constexpr (SOFT) red += counted;
+        else red = X::vmax(red, counted);
+      }
+      X::storei(r.e + q * W + lane, o);
+      cd[k] = X::load(r.z_up + j1 * W + lane);
+      ed[k] = eu;
+      bl[k] = b;
+      ll[k] = l;
+      el[k] = o;
+      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    X::store(ln.mant + k * VL, best_m[k]);
+    X::storei(ln.expo + k * VL, best_e[k]);
+  }
+}
+
+using ProbabilityRowFn = void (*)(const ProbabilityRows&, ProbabilityGaps, int32_t, int32_t,
                                   ProbabilityLanes&);
 
-template <bool SOFT, bool GAP_TENSOR, bool MASKED>
-void probability_row_baseline(const ProbabilityRows& r, float gap, int32_t n, int32_t i,
-                              ProbabilityLanes& ln) {
-  probability_row_body<4, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
+// The kinds of probability-domain rows.
+enum ProbabilityKind { kLinearConstantGap = 0, kLinearGapTensor = 1, kAffineConstantGaps = 2 };
+
+template <int VL, int KIND, bool SOFT, bool MASKED>
+SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
+                                       int32_t i, ProbabilityLanes& ln) {
+  if constexpr (KIND == kAffineConstantGaps)
+    probability_affine_row_body<VL, SOFT, MASKED>(r, gap, n, i, ln);
+  else
+    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED>(r, gap, n, i, ln);
+}
+
+template <int KIND, bool SOFT, bool MASKED>
+void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
+                              int32_t i, ProbabilityLanes& ln) {
+  probability_row_of<4, KIND, SOFT, MASKED>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <bool SOFT, bool GAP_TENSOR, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED>
 __attribute__((target("avx2,fma"))) void probability_row_avx2(const ProbabilityRows& r,
-                                                              float gap, int32_t n, int32_t i,
-                                                              ProbabilityLanes& ln) {
-  probability_row_body<8, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
+                                                              ProbabilityGaps gap, int32_t n,
+                                                              int32_t i, ProbabilityLanes& ln) {
+  probability_row_of<8, KIND, SOFT, MASKED>(r, gap, n, i, ln);
 }
-template <bool SOFT, bool GAP_TENSOR, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
-probability_row_avx512(const ProbabilityRows& r, float gap, int32_t n, int32_t i,
+probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
-  probability_row_body<8, SOFT, GAP_TENSOR, MASKED>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED>(r, gap, n, i, ln);
 }
 #endif
 
-template <bool SOFT, bool GAP_TENSOR, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED>
 ProbabilityRowFn pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<SOFT, GAP_TENSOR, MASKED>;
-    case 1: return &probability_row_avx2<SOFT, GAP_TENSOR, MASKED>;
+    case 2: return &probability_row_avx512<KIND, SOFT, MASKED>;
+    case 1: return &probability_row_avx2<KIND, SOFT, MASKED>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<SOFT, GAP_TENSOR, MASKED>;
+  return &probability_row_baseline<KIND, SOFT, MASKED>;
 }
 
-// The row function for a problem: [masked][soft][gap tensor].
+// The row functions of one kind: [soft][masked].
 struct ProbabilityRowFns {
-  ProbabilityRowFn fn[2][2][2];
+  ProbabilityRowFn fn[2][2];
 };
-inline ProbabilityRowFns pick_probability_rows() {
+template <int KIND>
+ProbabilityRowFns pick_probability_rows() {
   ProbabilityRowFns f;
-  f.fn[0][0][0] = pick_probability_row<false, false, false>();
-  f.fn[0][0][1] = pick_probability_row<false, true, false>();
-  f.fn[0][1][0] = pick_probability_row<true, false, false>();
-  f.fn[0][1][1] = pick_probability_row<true, true, false>();
-  f.fn[1][0][0] = pick_probability_row<false, false, true>();
-  f.fn[1][0][1] = pick_probability_row<false, true, true>();
-  f.fn[1][1][0] = pick_probability_row<true, false, true>();
-  f.fn[1][1][1] = pick_probability_row<true, true, true>();
+  f.fn[0][0] = pick_probability_row<KIND, false, false>();
+  f.fn[0][1] = pick_probability_row<KIND, false, true>();
+  f.fn[1][0] = pick_probability_row<KIND, true, false>();
+  f.fn[1][1] = pick_probability_row<KIND, true, true>();
   return f;
+}
+inline ProbabilityRowFns pick_probability_rows(const Problem& p) {
+  if (p.affine) return pick_probability_rows<kAffineConstantGaps>();
+  if (p.gap_open.data) return pick_probability_rows<kLinearGapTensor>();
+  return pick_probability_rows<kLinearConstantGap>();
 }
 
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
@@ -249,16 +367,29 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     lane_n[l] = ln.n[l];
     masked |= l < count && (ln.m[l] != mg || ln.n[l] != ng);
   }
-  const bool gap_tensor = p.gap_open.data != nullptr;
-  const ProbabilityRowFn row = rows_fn.fn[masked][su.soft_reduction][gap_tensor];
+  const bool gap_tensor = p.gap_open.data != nullptr;  // linear gaps only
+  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][masked];
+  const ProbabilityGaps gaps{gap_tensor ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
+                             p.affine ? static_cast<float>(p.gap_extend.value) * su.beta : 0.0f};
+  // Rows (z = C, and for affine gaps A and U) of row i - 1 and row i, scores,
+  // gap scores, and the chunk exponents of both rows.
   const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
-  mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 16), 0.0f);
+  const int64_t rows = p.affine ? 6 : 2;
+  mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
-  int32_t* e_up = reinterpret_cast<int32_t*>(base + 4 * stride);
+  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr;
+  if (p.affine) {
+    a_up = base + 4 * stride;
+    a = base + 5 * stride;
+    u_up = base + 6 * stride;  // row 0: U = 0
+    u = base + 7 * stride;
+    std::fill(a_up, a_up + stride, 1.0f);
+  }
+  int32_t* e_up = reinterpret_cast<int32_t*>(base + (rows + 2) * stride);
   int32_t* e = e_up + chunks * W;
-  // Row 0: Z = 1, exponent 0. Scores (and gaps) past a lane's pair: -inf.
+  // Row 0: C = A = 1, exponent 0. Scores (and gaps) past a lane's pair: -inf.
   std::fill(z_up, z_up + stride, 1.0f);
   std::fill(sb, sb + ng * W, -kInf<float>);
   if (gap_tensor) std::fill(gb, gb + ng * W, -kInf<float>);
@@ -277,11 +408,12 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       if (gap_tensor)
         for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ProbabilityRows rows{sb, gap_tensor ? gb : nullptr, z_up, e_up, z, e};
-    row(rows, gap_tensor ? 0.0f : gv[0].value, static_cast<int32_t>(ng),
-        static_cast<int32_t>(i), ln);
+    const ProbabilityRows r{sb, gap_tensor ? gb : nullptr, z_up, e_up, z, e, a_up, u_up, a, u};
+    row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     std::swap(z_up, z);
     std::swap(e_up, e);
+    std::swap(a_up, a);
+    std::swap(u_up, u);
   }
   float* total = static_cast<float*>(out.total);
   for (int l = 0; l < count; ++l) {
