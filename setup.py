@@ -292,15 +292,22 @@ BUILD_INFO = {info!r}
 '''
 
 
+_TTY_LINES = 0
+
+
 def report_progress(line: str) -> None:
     """Print a build progress line; when stdout is not a terminal (pip captures it and
-    shows only "still running..." unless -v), also to the terminal pip runs in, if any."""
+    shows only "still running..." unless -v), also to the terminal pip runs in, if any.
+    There pip's spinner has left a character before the cursor: rub it out ("\\b \\b"),
+    and start the first line below pip's "Building ... " line."""
+    global _TTY_LINES
     print(line, flush=True)
     if sys.stdout.isatty():
         return
     try:
         with open("/dev/tty", "w") as tty:
-            tty.write(line + "\n")
+            tty.write("\b \b" + ("" if _TTY_LINES else "\n") + line + "\n")
+        _TTY_LINES += 1
     except OSError:  # no terminal (CI, build services): the captured stdout has it
         pass
 
@@ -321,8 +328,8 @@ def run_ninja_with_progress(build_directory: str, verbose: bool, error_prefix: s
     if not units:
         report_progress(f"softsw build: every unit is up to date in {build_directory}")
     else:
-        report_progress(f"softsw build: compiling {len(units)} units with "
-                        f"{jobs or os.cpu_count()} parallel jobs: {', '.join(units)}")
+        report_progress(f"softsw build: compiling {len(units)} unit{'s' * (len(units) > 1)} "
+                        f"with {jobs or os.cpu_count()} parallel jobs: {', '.join(units)}")
     output = []
     sys.stdout.flush()
     with subprocess.Popen(["ninja", "-v"] + jobs_flag, cwd=build_directory, env=env,
