@@ -129,7 +129,8 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
   return static_cast<int>(e > limit ? limit : e < -limit ? -limit : e);
 }
 
-template <typename T, typename A, int R>
+// SOFT: the reduction (a compile-time flag: it is decided in every cell).
+template <typename T, typename A, int R, bool SOFT>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
   const A c = a.gap_weight;
+  const A scale = a.scale;
 
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
@@ -182,23 +184,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const T* const band_scores = a.scores + b * plane + int64_t(top) * a.cols;
     auto stage_chunk = [&](int q) {
       T* const slot = stage + (q & 1) * kSlot;
+      const T* src = band_scores + kChunkSteps * q;  // row r, column 32q - r (walked)
+      int col = kChunkSteps * q + lane;             // this lane's column in row r
 #pragma unroll 4
-      for (int r = 0; r < kBandRows; ++r) {
+      for (int r = 0; r < rows_here; ++r, src += a.cols - 1, --col) {
         T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
-        const int col0 = kChunkSteps * q - r;  // the row's first column in this chunk
-        const T* const src = band_scores + int64_t(r) * a.cols + col0;
-        const bool row_in = r < rows_here;
         if constexpr (sizeof(T) >= 4) {
-          const int col = col0 + lane;
-          const bool ok = row_in && col >= 0 && col < n;
+          const bool ok = static_cast<unsigned>(col) < static_cast<unsigned>(n);
           copy_async<sizeof(T)>(dst + lane, ok ? src + lane : a.scores, ok);
         } else {
           // 4-byte words covering the 32 elements: word j holds columns
-          // col0 - off + 2j and +1 (off: the first element's place in its word).
+          // c - off + 2j and +1 (c = 32q - r; off: its place in its word).
           const int off = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 1) & 1);
           const T* const word = src - off + 2 * lane;
-          const int col = col0 - off + 2 * lane;
-          const bool ok = row_in && col + 1 >= 0 && col < n;
+          const int c = col - lane - off + 2 * lane;
+          const bool ok = c + 1 >= 0 && c < n;
           if (lane > 16) {
             // 17 words cover the row: nothing to copy (a zero fill would spill over)
           } else if (ok && word + 2 > a.scores_end) {
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     auto fold = [&]() {
 #pragma unroll
       for (int k = 0; k < R; ++k) {
-        if (a.soft_reduction) {
+        if (SOFT) {
           if (sum_z[k] > A(0)) soft.add(log2_acc(sum_z[k]) + A(o[k]));
         } else if (best_z[k] > A(0)) {
           best = max_of(best, log2_acc(best_z[k]) + A(o[k]));
@@ -282,49 +282,51 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     };
 
     // One step in the probability domain. x: the step within its chunk.
-    auto probability_step = [&](const int t, const int x, const int sx, auto checked) {
+    auto probability_step = [&](const int t, const int x, const int slot, auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
       const A up_lane = __shfl_up_sync(kFullMask, z[R - 1], 1) * from_above[0];
       const A up_edge = __shfl_sync(kFullMask, edge_up, x);
 #pragma unroll
       for (int k = R - 1; k >= 0; --k) {  // row k reads row k-1's value before this step
-        const A up = k > 0 ? z[k - 1] * from_above[k]
-                           : lane != 0 ? up_lane : has_above ? up_edge : start[0];
-        const A w = exp2_acc(scaled(to_acc<A>(srow[k][sx]), a.scale));
+        // Lane 0's edge_up is the border 1 in its scale when there is no band above.
+        const A up = k > 0 ? z[k - 1] * from_above[k] : lane != 0 ? up_lane : up_edge;
+        const A w = exp2_acc(scaled(to_acc<A>(srow[k][slot + x]), scale));
         const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
         diag[k] = up;
         const bool in = !kChecked || inside(t, k);
         z[k] = in ? zn : z[k];
-        if (a.soft_reduction) sum_z[k] += in ? zn : A(0);
+        if (SOFT) sum_z[k] += in ? zn : A(0);
         else best_z[k] = max_of(best_z[k], in ? zn : A(0));
       }
-      if (has_below) {
+      // Collected whether or not there is a band below (selects, no branch);
+      // stored only when there is one.
+      {
         const A v = __shfl_sync(kFullMask, z[R - 1], kWarp - 1);
         const int col = t - (kBandRows - 1);  // the column lane 31's last row finished
-        if (x == kChunkSteps - 1) {
-          if (lane == 0) { pend_z = v; pend_o = o_last; }
-        } else if (lane == ((col) & (kWarp - 1))) {
-          low_z = v;
-          low_o = o_last;
-        }
-        if (col >= 0 && col < n) {
+        const bool to_pend = x == kChunkSteps - 1 && lane == 0;
+        const bool to_low = x != kChunkSteps - 1 && lane == (col & (kWarp - 1));
+        pend_z = to_pend ? v : pend_z;
+        pend_o = to_pend ? o_last : pend_o;
+        low_z = to_low ? v : low_z;
+        low_o = to_low ? o_last : low_o;
+        if (has_below && col >= 0 && col < n) {
           if ((col & (kWarp - 1)) == kWarp - 1) store_group = col;
           else if (col == n - 1) store_tail = col;
         }
       }
     };
-    auto log_step = [&](const int t, const int x, const int sx) {
+    auto log_step = [&](const int t, const int x, const int slot) {
       const A up_lane = __shfl_up_sync(kFullMask, h[R - 1], 1);
       const A up_edge = __shfl_sync(kFullMask, edge_h, x);
 #pragma unroll
       for (int k = R - 1; k >= 0; --k) {
-        const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : has_above ? up_edge : A(0);
-        const A s = scaled(to_acc<A>(srow[k][sx]), a.scale);
-        const A hn = LogCell::value(hdiag[k] + s, up + a.gap, h[k] + a.gap);
+        const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : up_edge;  // border: 0
+        const A sk = scaled(to_acc<A>(srow[k][slot + x]), scale);
+        const A hn = LogCell::value(hdiag[k] + sk, up + a.gap, h[k] + a.gap);
         hdiag[k] = up;
         if (inside(t, k)) {
           h[k] = hn;
-          if (a.soft_reduction) soft.add(hn);
+          if (SOFT) soft.add(hn);
           else if (!is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
         }
       }
@@ -380,6 +382,54 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       store_group = store_tail = -1;
     };
 
+    // Steps first..31 of a chunk in the log domain.
+    auto log_steps = [&](int t0, int first, int slot) {
+#pragma unroll 1
+      for (int x = first; x < kChunkSteps; ++x) {
+        log_step(t0 + x, x, slot);
+        if (x % kGroupSteps == kGroupSteps - 1) store_edge(t0, true, x == kChunkSteps - 1);
+      }
+    };
+    // A chunk in the probability domain, 8 steps at a time, each group
+    // checked; returns the first step of the group that overflowed (undone and
+    // converted to the log domain), or 32.
+    auto probability_chunk = [&](int t0, int slot, auto checked) {
+#pragma unroll 1
+      for (int g = 0; g < kChunkSteps; g += kGroupSteps) {
+        A z0[R], diag0[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          z0[k] = z[k];
+          diag0[k] = diag[k];
+        }
+        const A low_z0 = low_z;
+        const int low_o0 = low_o;
+#pragma unroll
+        for (int j = 0; j < kGroupSteps; ++j) probability_step(t0 + g + j, g + j, slot, checked);
+        bool finite = true;
+#pragma unroll
+        for (int k = 0; k < R; ++k) finite &= z[k] < kInf;  // false for NaN
+        if (__all_sync(kFullMask, finite)) {
+          renormalise();
+          store_edge(t0, false, g + kGroupSteps == kChunkSteps);
+          continue;
+        }
+        // Back to the snapshot, in the log domain (o changes only where a
+        // group passes its check).
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          h[k] = log2_acc(z0[k]) + A(o[k]);
+          hdiag[k] = log2_acc(diag0[k]) + A(o[k]);  // -inf if it flushed to 0: negligible
+          sum_z[k] = best_z[k] = A(0);  // what the undone steps added
+        }
+        edge_h = log2_acc(edge_m) + edge_e;
+        low_h = log2_acc(low_z0) + A(low_o0);
+        store_group = store_tail = -1;
+        return g;
+      }
+      return kChunkSteps;
+    };
+
     stage_chunk(0);
     if (chunks > 1) stage_chunk(1);
     else copy_async_commit();
@@ -397,52 +447,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         else edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
       }
       const int slot = (q & 1) * kSlot;
-      const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 && t0 + kChunkSteps <= n;
-      for (int g = 0; g < kChunkSteps; g += kGroupSteps) {
-        const bool chunk_end = g + kGroupSteps == kChunkSteps;
-        if (!log_domain) {
-          // Snapshot, 8 steps, check; undo and switch if a value overflowed.
-          A z0[R], diag0[R];
-#pragma unroll
-          for (int k = 0; k < R; ++k) {
-            z0[k] = z[k];
-            diag0[k] = diag[k];
-          }
-          const A low_z0 = low_z;
-          const int low_o0 = low_o;
-          if (unchecked) {
-#pragma unroll
-            for (int j = 0; j < kGroupSteps; ++j)
-              probability_step(t0 + g + j, g + j, slot + g + j, std::false_type{});
-          } else {
-#pragma unroll 2
-            for (int j = 0; j < kGroupSteps; ++j)
-              probability_step(t0 + g + j, g + j, slot + g + j, std::true_type{});
-          }
-          bool finite = true;
-#pragma unroll
-          for (int k = 0; k < R; ++k) finite &= z[k] < kInf;  // false for NaN
-          if (__all_sync(kFullMask, finite)) {
-            renormalise();
-            store_edge(t0, false, chunk_end);
-            continue;
-          }
-          // Back to the snapshot, in the log domain.
-#pragma unroll
-          for (int k = 0; k < R; ++k) {
-            h[k] = log2_acc(z0[k]) + A(o[k]);  // o changes only where a group passes
-            hdiag[k] = log2_acc(diag0[k]) + A(o[k]);  // -inf if it flushed to 0: negligible
-            sum_z[k] = best_z[k] = A(0);  // what the undone steps added (folded up to the snapshot)
-          }
-          edge_h = log2_acc(edge_m) + edge_e;
-          low_h = log2_acc(low_z0) + A(low_o0);
-          store_group = store_tail = -1;
-          log_domain = true;
-        }
-#pragma unroll 1
-        for (int j = 0; j < kGroupSteps; ++j) log_step(t0 + g + j, g + j, slot + g + j);
-        store_edge(t0, true, chunk_end);
+      int log_from = 0;
+      if (!log_domain) {
+        const bool unchecked =
+            rows_here == kBandRows && t0 >= kBandRows - 1 && t0 + kChunkSteps <= n;
+        log_from = unchecked ? probability_chunk(t0, slot, std::false_type{})
+                             : probability_chunk(t0, slot, std::true_type{});
+        log_domain = log_from < kChunkSteps;
       }
+      if (log_domain) log_steps(t0, log_from, slot);
       __syncwarp();  // every lane is done reading this slot
       if (q + 2 < chunks) stage_chunk(q + 2);
       else copy_async_commit();  // an empty group keeps the count of wait<1>
@@ -451,20 +464,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 
     SoftTotal<A> band_soft;
     MaxArg<A> band_best;
-    if (a.soft_reduction) band_soft = soft;
+    if (SOFT) band_soft = soft;
     else band_best.best = best;  // index -1: no argmax at inference
-    publish_band_reduction<T, A>(a.ws, unit_id, band, !has_below, a.soft_reduction, band_soft,
+    publish_band_reduction<T, A>(a.ws, unit_id, band, !has_below, SOFT, band_soft,
                                  band_best, b, a.unscale, a.score, a.total, a.argmax);
   }
-}
-
-// SOFTSW_PROBABILITY_ROWS=1 or 2 forces the rows per lane (benchmarks).
-inline int probability_rows_per_lane() {
-  static const int forced = [] {
-    const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
-    return e && (e[0] == '1' || e[0] == '2') && e[1] == 0 ? e[0] - '0' : 0;
-  }();
-  return forced;
 }
 
 }  // namespace cuda
@@ -501,16 +505,18 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     auto launch = [&](auto rows_per_lane) {
       constexpr int R = decltype(rows_per_lane)::value;
       args.nbands = (p.rows + kWarp * R - 1) / (kWarp * R);
-      launch_persistent<probability_forward<T, A, R>>(args, s, "probability_forward",
-                                                      probability_forward_smem<T, R>());
+      if (args.soft_reduction)
+        launch_persistent<probability_forward<T, A, R, true>>(args, s, "probability_forward",
+                                                              probability_forward_smem<T, R>());
+      else
+        launch_persistent<probability_forward<T, A, R, false>>(args, s, "probability_forward",
+                                                               probability_forward_smem<T, R>());
     };
-    // Rows per lane: two halve the bands of a tall pair (less pipeline fill)
-    // and measured as fast as one or faster from 64 rows on (H200); four
-    // measured slower (the staging then allows one block per SM).
-    const int forced = probability_rows_per_lane();
-    const int R = forced ? forced : p.rows <= 32 ? 1 : 2;
-    if (R == 1) launch(std::integral_constant<int, 1>{});
-    else launch(std::integral_constant<int, 2>{});
+    // One row per lane. The kernel is written for R rows per lane (fewer
+    // bands per tall pair, R independent cells per step), but with nvcc 13.0
+    // R = 2 keeps its row arrays in local memory (a stack frame, spills) and
+    // measured no faster; four allow one block per SM (the staging).
+    launch(std::integral_constant<int, 1>{});
     launched = true;
   });
   return launched;
