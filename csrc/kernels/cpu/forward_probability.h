@@ -71,6 +71,9 @@ namespace softsw::cpu::simd {
 struct alignas(64) ProbabilityLanes {
   float mant[W];   // the reduction ("max": largest Z, "soft": sum of Z) ...
   int32_t expo[W]; // ... as mant * 2^expo, mant in [1, 2) (0: nothing yet)
+  float best[W];   // with state, "max": the largest H = log2 Z ...
+  int32_t bi[W];   // ... and its first cell (i, j) in row-major order; -1: none
+  int32_t bj[W];
   int32_t m[W];    // lane extents (0 for an unused lane)
   int32_t n[W];
 };
@@ -85,6 +88,7 @@ struct ProbabilityRows {
   const int32_t* e_up;
   float* z;              // row i
   int32_t* e;
+  float* h;              // with state: H = log2 Z of row i (kernel units)
   // Affine gaps: the A and U nodes of row i - 1 and of row i (scaled as z).
   const float* a_up;
   const float* u_up;
@@ -125,8 +129,10 @@ SOFTSW_VINLINE void fold_chunk(typename V<VL>::F red, typename V<VL>::I o,
 
 // MASKED: lanes differ in extents, so cells past a lane's pair are masked out
 // of its reduction and its gap weight; unmasked (every busy lane has the
-// group's extents) the idle lanes compute garbage that nobody reads.
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED>
+// group's extents) the idle lanes compute garbage that nobody reads. STATE
+// (a training forward): also H = log2 Z of every cell, and for "max" the
+// largest H and its first cell, as the log-domain forward keeps them.
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                          int32_t n, int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
@@ -136,9 +142,15 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
   constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const F c_const = X::exp2(X::splat(gap.open));
-  I rowok[K], nl[K], el[K], ed[K], best_e[K];
-  F zl[K], zd[K], best_m[K];
+  I rowok[K], nl[K], el[K], ed[K], best_e[K], bi[K], bj[K];
+  F zl[K], zd[K], best_m[K], best_h[K];
+  const I iv = X::splati(i);
   for (int k = 0; k < K; ++k) {
+    if constexpr (STATE && !SOFT) {
+      best_h[k] = X::load(ln.best + k * VL);
+      bi[k] = X::loadi(ln.bi + k * VL);
+      bj[k] = X::loadi(ln.bj + k * VL);
+    }
     rowok[k] = X::splati(i) <= X::loadi(ln.m + k * VL);
     nl[k] = X::loadi(ln.n + k * VL);
     zl[k] = zd[k] = one;  // Z[i, 0] = Z[i-1, 0] = 1, exponent 0
@@ -170,6 +182,19 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
         X::store(r.z + j * W + lane, z.v);
         diag = up;
         left = z;
+        if constexpr (STATE) {
+          const F h = X::log2(z.v) + __builtin_convertvector(o, F);
+          X::store(r.h + j * W + lane, h);
+          if constexpr (!SOFT) {
+            I upd = h > best_h[k];
+            if constexpr (MASKED) upd &= rowok[k] & inside;
+            const I jv = X::splati(j);
+            best_h[k] = X::sel(upd, h, best_h[k]);
+            bi[k] = X::seli(upd, iv, bi[k]);
+            bj[k] = X::seli(upd, jv, bj[k]);
+            continue;
+          }
+        }
         F counted = z.v;
         if constexpr (MASKED) counted = X::sel(rowok[k] & inside, z.v, zero);
         if constexpr (SOFT) red += counted;
@@ -180,12 +205,17 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
       ed[k] = eu;
       zl[k] = left.v;
       el[k] = o;
-      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
     X::store(ln.mant + k * VL, best_m[k]);
     X::storei(ln.expo + k * VL, best_e[k]);
+    if constexpr (STATE && !SOFT) {
+      X::store(ln.best + k * VL, best_h[k]);
+      X::storei(ln.bi + k * VL, bi[k]);
+      X::storei(ln.bj + k * VL, bj[k]);
+    }
   }
 }
 
@@ -274,68 +304,73 @@ using ProbabilityRowFn = void (*)(const ProbabilityRows&, ProbabilityGaps, int32
 // The kinds of probability-domain rows.
 enum ProbabilityKind { kLinearConstantGap = 0, kLinearGapTensor = 1, kAffineConstantGaps = 2 };
 
-template <int VL, int KIND, bool SOFT, bool MASKED>
+template <int VL, int KIND, bool SOFT, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                                        int32_t i, ProbabilityLanes& ln) {
   if constexpr (KIND == kAffineConstantGaps)
     probability_affine_row_body<VL, SOFT, MASKED>(r, gap, n, i, ln);
   else
-    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED>(r, gap, n, i, ln);
+    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, STATE>(r, gap, n, i, ln);
 }
 
-template <int KIND, bool SOFT, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED, bool STATE>
 void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<4, KIND, SOFT, MASKED>(r, gap, n, i, ln);
+  probability_row_of<4, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <int KIND, bool SOFT, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED, bool STATE>
 __attribute__((target("avx2,fma"))) void probability_row_avx2(const ProbabilityRows& r,
                                                               ProbabilityGaps gap, int32_t n,
                                                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
 }
-template <int KIND, bool SOFT, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED, bool STATE>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
 probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
 }
 #endif
 
-template <int KIND, bool SOFT, bool MASKED>
+template <int KIND, bool SOFT, bool MASKED, bool STATE>
 ProbabilityRowFn pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<KIND, SOFT, MASKED>;
-    case 1: return &probability_row_avx2<KIND, SOFT, MASKED>;
+    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, STATE>;
+    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, STATE>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<KIND, SOFT, MASKED>;
+  return &probability_row_baseline<KIND, SOFT, MASKED, STATE>;
 }
 
-// The row functions of one kind: [soft][masked].
+// The row functions of one kind: [soft][masked]; with state (linear gaps
+// only: the affine training forward keeps three planes, in the log domain).
 struct ProbabilityRowFns {
   ProbabilityRowFn fn[2][2];
 };
-template <int KIND>
+template <int KIND, bool STATE>
 ProbabilityRowFns pick_probability_rows() {
   ProbabilityRowFns f;
-  f.fn[0][0] = pick_probability_row<KIND, false, false>();
-  f.fn[0][1] = pick_probability_row<KIND, false, true>();
-  f.fn[1][0] = pick_probability_row<KIND, true, false>();
-  f.fn[1][1] = pick_probability_row<KIND, true, true>();
+  f.fn[0][0] = pick_probability_row<KIND, false, false, STATE>();
+  f.fn[0][1] = pick_probability_row<KIND, false, true, STATE>();
+  f.fn[1][0] = pick_probability_row<KIND, true, false, STATE>();
+  f.fn[1][1] = pick_probability_row<KIND, true, true, STATE>();
   return f;
 }
-inline ProbabilityRowFns pick_probability_rows(const Problem& p) {
-  if (p.affine) return pick_probability_rows<kAffineConstantGaps>();
-  if (p.gap_open.data) return pick_probability_rows<kLinearGapTensor>();
-  return pick_probability_rows<kLinearConstantGap>();
+inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
+  if (p.affine) return pick_probability_rows<kAffineConstantGaps, false>();
+  if (p.gap_open.data)
+    return state ? pick_probability_rows<kLinearGapTensor, true>()
+                 : pick_probability_rows<kLinearGapTensor, false>();
+  return state ? pick_probability_rows<kLinearConstantGap, true>()
+               : pick_probability_rows<kLinearConstantGap, false>();
 }
 
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
-// writes score, total and argmax (-1: the inference forward keeps no state).
+// writes score, total, argmax, and `hidden` (H) when the forward keeps state
+// (linear gaps; rows_fn must then be the STATE row functions).
 template <typename T>
 void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
                        const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
@@ -358,6 +393,8 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     ln.n[l] = static_cast<int32_t>(n);
     ln.mant[l] = 0.0f;
     ln.expo[l] = 0;
+    ln.best[l] = 0.0f;
+    ln.bi[l] = ln.bj[l] = -1;
     mg = std::max(mg, m);
     ng = std::max(ng, n);
   }
@@ -374,12 +411,21 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   // Rows (z = C, and for affine gaps A and U) of row i - 1 and row i, scores,
   // gap scores, and the chunk exponents of both rows.
   const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
-  const int64_t rows = p.affine ? 6 : 2;
-  mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);
+  const int64_t rows = p.affine ? 6 : 3;
+  mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);  // rows + s, g
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
-  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr;
+  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr, *hb = nullptr;
+  float* hidden = static_cast<float*>(out.hidden);
+  float* hid[W] = {};
+  if (hidden) {
+    hb = base + 4 * stride;
+    for (int l = 0; l < count; ++l) {
+      hid[l] = hidden + pairs[l] * su.MN;
+      fill_outside<float>(hid[l], su.M, N, ln.m[l], ln.n[l], 0.0f);
+    }
+  }
   if (p.affine) {
     a_up = base + 4 * stride;
     a = base + 5 * stride;
@@ -394,6 +440,11 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   std::fill(sb, sb + ng * W, -kInf<float>);
   if (gap_tensor) std::fill(gb, gb + ng * W, -kInf<float>);
   for (int64_t i = 1; i <= mg; ++i) {
+    {  // the next row's scores
+      const T* next[W];
+      for (int l = 0; l < count; ++l) next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
+      prefetch_rows(next, count, ng);
+    }
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
       for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;
@@ -408,8 +459,13 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       if (gap_tensor)
         for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ProbabilityRows r{sb, gap_tensor ? gb : nullptr, z_up, e_up, z, e, a_up, u_up, a, u};
+    const ProbabilityRows r{sb, gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, a_up, u_up, a, u};
     row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    if (hidden) {
+      float* dst[W];
+      for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
+      deinterleave_rows(dst, hb + W, lane_n, count);
+    }
     std::swap(z_up, z);
     std::swap(e_up, e);
     std::swap(a_up, a);
@@ -419,13 +475,18 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   for (int l = 0; l < count; ++l) {
     const int64_t b = pairs[l];
     PairTotal<float> t;  // score = expo + log2(mant); 0 when no cell beats the boundary
-    if (ln.mant[l] > 0.0f) {
+    int64_t argmax = -1;
+    if (hidden && !su.soft_reduction) {
+      t.base = ln.best[l];
+      if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
+        argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
+    } else if (ln.mant[l] > 0.0f) {
       t.base = static_cast<float>(ln.expo[l]);
       t.log2sum = CpuMath::log2(ln.mant[l]);
     }
     t.store(total, b);
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
-    out.argmax[b] = -1;
+    out.argmax[b] = argmax;
   }
 }
 

@@ -187,6 +187,11 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
   const bool gap_const = p.gap_open.data == nullptr;
   if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
   for (int64_t i = 1; i <= mg; ++i) {
+    {  // the next row's scores
+      const T* next[W];
+      for (int l = 0; l < count; ++l) next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
+      prefetch_rows(next, count, ng);
+    }
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
       for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;

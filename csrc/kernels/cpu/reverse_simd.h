@@ -224,6 +224,16 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
   gather_h(mg, h);
   for (int64_t i = mg; i >= 1; --i) {
     gather_h(i - 1, h_up);
+    if (i >= 2) {  // the next row's H and scores
+      const float* next_h[W];
+      const T* next_s[W];
+      for (int l = 0; l < count; ++l) {
+        next_h[l] = i >= 3 ? hid[l] + (i - 3) * N : nullptr;
+        next_s[l] = i - 1 <= pairs[l].mr ? S[l] + (i - 2) * N : nullptr;
+      }
+      prefetch_rows(next_h, count, ng);
+      prefetch_rows(next_s, count, ng);
+    }
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
       for (int l = 0; l < count; ++l) src[l] = i <= pairs[l].mr ? S[l] + (i - 1) * N : nullptr;

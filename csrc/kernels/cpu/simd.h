@@ -177,6 +177,15 @@ SOFTSW_VINLINE void transpose4(F4& a, F4& b, F4& c, F4& d) {
 }
 }  // namespace detail
 
+// Asks for the rows the next interleave_rows will read (one line in 64
+// bytes): the passes read each row once, from memory, with W rows in flight.
+template <typename T>
+inline void prefetch_rows(const T* const* src, int count, int64_t n) {
+  for (int l = 0; l < count; ++l)
+    if (src[l])
+      for (int64_t j = 0; j < n; j += 64 / sizeof(T)) __builtin_prefetch(src[l] + j);
+}
+
 inline void interleave_rows(float* dst, const float* const* src, const int64_t* n, int count,
                             float scale) {
   using X = V<4>;
