@@ -130,8 +130,10 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 }
 
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
+// The staging (8.4 KB a warp for float, twice that for double) lets 6 blocks
+// of 4 warps (3 for double) share an SM: registers up to that occupancy.
 template <typename T, typename A, int R, bool SOFT>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
   static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
@@ -394,7 +396,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     // checked; returns the first step of the group that overflowed (undone and
     // converted to the log domain), or 32.
     auto probability_chunk = [&](int t0, int slot, auto checked) {
-#pragma unroll 1
+      // Unchecked chunks unrolled whole: the step's place in the chunk (which
+      // lane collects the edge, which stores) is then known at compile time.
+#pragma unroll(decltype(checked)::value ? 1 : kChunkSteps / kGroupSteps)
       for (int g = 0; g < kChunkSteps; g += kGroupSteps) {
         A z0[R], diag0[R];
 #pragma unroll
