@@ -246,3 +246,20 @@ def test_affine_mixed_batch_and_tensor_gaps(gen, reduction):
         ref = ref_align(S.float().double(), go.float().double(), T, gap_extend=ge.float().double(),
                         lengths=lengths, reduction=reduction)
     assert_close(out, ref, torch.float32, "score", tol=score_tol(torch.float32, M, N))
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("shape", [(1, 50, 64), (1, 70, 65), (1, 300, 1000), (2, 129, 257), (1, 5, 4000)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("T", [0.2, 1.0, 30.0])
+def test_lone_long_pair_on_column_blocks(gen, shape, T, reduction):
+    """A pair alone in its group runs with its columns cut into blocks, one per
+    lane, in a wavefront (block sizes that do not divide the width included);
+    against the float64 kernel, with the scores near the range limit too."""
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=min(2.0, 0.9 * FLOAT_LOG2_LIMIT * T * math.log(2) / 4)).float()
+    for gap in (-1.0, 0.5 * T):
+        out = inference(S, gap, T, None, reduction)
+        with torch.no_grad():
+            ref = softsw.align(S.double(), gap, T, reduction=reduction)
+        assert_close(out, ref, torch.float32, f"score gap {gap}", tol=score_tol(torch.float32, M, N))

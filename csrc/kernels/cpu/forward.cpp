@@ -130,8 +130,14 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
     if constexpr (kFloat) {
       if (g < prob.count) {
         const int64_t lo = prob.lo(g), hi = prob.lo(g + 1);
-        simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo), prob_rows,
-                                   out, sc.lanes);
+        int64_t m = 0, n = 0;
+        su.extents(prob.pairs[lo], m, n);
+        if (hi - lo == 1 && !out.hidden && !p.affine && !p.gap_open.data && n >= 4 * simd::W)
+          // A lone long pair: its column blocks on the lanes.
+          simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
+        else
+          simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo),
+                                     prob_rows, out, sc.lanes);
         return;
       }
       g -= prob.count;

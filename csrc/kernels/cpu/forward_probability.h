@@ -89,6 +89,12 @@ struct ProbabilityRows {
   float* z;              // row i
   int32_t* e;
   float* h;              // with state: H = log2 Z of row i (kernel units)
+  // Linear gaps: each lane's left neighbour Z[i, 0] and diagonal Z[i-1, 0]
+  // with their exponents (W entries each); nullptr: the boundary (1).
+  const float* left_z;
+  const int32_t* left_e;
+  const float* diag_z;
+  const int32_t* diag_e;
   // Affine gaps: the A and U nodes of row i - 1 and of row i (scaled as z).
   const float* a_up;
   const float* u_up;
@@ -155,6 +161,12 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
     nl[k] = X::loadi(ln.n + k * VL);
     zl[k] = zd[k] = one;  // Z[i, 0] = Z[i-1, 0] = 1, exponent 0
     el[k] = ed[k] = X::splati(0);
+    if (r.left_z) {
+      zl[k] = X::load(r.left_z + k * VL);
+      el[k] = X::loadi(r.left_e + k * VL);
+      zd[k] = X::load(r.diag_z + k * VL);
+      ed[k] = X::loadi(r.diag_e + k * VL);
+    }
     best_m[k] = X::load(ln.mant + k * VL);
     best_e[k] = X::loadi(ln.expo + k * VL);
   }
@@ -459,7 +471,8 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       if (gap_tensor)
         for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ProbabilityRows r{sb, gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, a_up, u_up, a, u};
+    const ProbabilityRows r{sb,      gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, nullptr,
+                            nullptr, nullptr, nullptr,          a_up, u_up, a, u};
     row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if (hidden) {
       float* dst[W];
@@ -488,6 +501,107 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
     out.argmax[b] = argmax;
   }
+}
+
+// One long pair (linear gaps, constant gap, no state), its columns cut into
+// up to W blocks, one per lane: lane l computes row t - l of its block at
+// step t, so that its left neighbour (the last column of block l - 1, row
+// t - l) was computed by lane l - 1 the step before, and the diagonal the
+// step before that. Lanes outside their rows have scores -inf and no gap
+// weight: they hold Z = 1, which is the boundary row 0 the lane starts from.
+template <typename T>
+void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFns& rows_fn,
+                           const ForwardOutputs& out, std::vector<float>& mem) {
+  const Problem& p = su.p;
+  const int64_t N = su.N;
+  constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
+  int64_t m = 0, n = 0;
+  su.extents(b, m, n);
+  const int64_t nb = (n + W - 1) / W, lanes = (n + nb - 1) / nb;
+  int64_t width[W];
+  for (int l = 0; l < W; ++l) width[l] = l < lanes ? std::min(nb, n - l * nb) : 0;
+  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][1];
+  const ProbabilityGaps gaps{static_cast<float>(p.gap_open.value) * su.beta, 0.0f};
+  const int64_t stride = (nb + 1) * W, chunks = (nb + C - 1) / C + 1;
+  mem.assign(static_cast<size_t>(3 * stride + 2 * chunks * W + 4 * W + 16), 0.0f);
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float *z_up = base, *z = base + stride, *sb = base + 2 * stride;
+  int32_t* e_up = reinterpret_cast<int32_t*>(base + 3 * stride);
+  int32_t* e = e_up + chunks * W;
+  float* left_z = reinterpret_cast<float*>(e + chunks * W);
+  float* diag_z = left_z + W;
+  int32_t* left_e = reinterpret_cast<int32_t*>(diag_z + W);
+  int32_t* diag_e = left_e + W;
+  std::fill(z_up, z_up + stride, 1.0f);
+  std::fill(sb, sb + nb * W, -kInf<float>);
+  std::fill(left_z, left_z + 2 * W, 1.0f);  // left_z and diag_z
+  ProbabilityLanes ln;
+  for (int l = 0; l < W; ++l) {
+    ln.mant[l] = 0.0f;
+    ln.expo[l] = 0;
+  }
+  const T* S = static_cast<const T*>(p.scores) + b * su.MN;
+  for (int64_t t = 1; t <= m + lanes - 1; ++t) {
+    const T* src[W] = {};
+    int64_t n_now[W];
+    for (int l = 0; l < W; ++l) {
+      const int64_t i = t - l;
+      const bool active = l < lanes && i >= 1 && i <= m;
+      ln.m[l] = active ? 1 : 0;
+      ln.n[l] = static_cast<int32_t>(active ? width[l] : 0);
+      n_now[l] = active ? width[l] : 0;
+      if (active) src[l] = S + (i - 1) * N + l * nb;
+      else
+        for (int64_t j = 0; j < nb; ++j) sb[j * W + l] = -kInf<float>;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      interleave_rows(sb, src, n_now, W, su.beta);
+    } else {
+      for (int l = 0; l < W; ++l)
+        if (src[l])
+          for (int64_t j = 0; j < n_now[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
+    }
+    const ProbabilityRows r{sb, nullptr, z_up, e_up, z, e, nullptr, left_z, left_e, diag_z, diag_e,
+                            nullptr, nullptr, nullptr, nullptr};
+    row(r, gaps, static_cast<int32_t>(nb), 1, ln);
+    // Hand each lane's last column on to the next lane (lane 0: the boundary).
+    for (int l = W - 1; l >= 0; --l) {
+      diag_z[l] = left_z[l];
+      diag_e[l] = left_e[l];
+      if (l == 0 || width[l - 1] == 0) {
+        left_z[l] = 1.0f;
+        left_e[l] = 0;
+      } else {
+        const int64_t last = width[l - 1];
+        left_z[l] = z[last * W + l - 1];
+        left_e[l] = e[((last - 1) / C) * W + l - 1];
+      }
+    }
+    std::swap(z_up, z);
+    std::swap(e_up, e);
+  }
+  // The lanes' reductions combined.
+  double best = 0.0, sum = 0.0;
+  int32_t top = 0;
+  for (int l = 0; l < lanes; ++l)
+    if (ln.mant[l] > 0.0f) top = std::max(top, ln.expo[l]);
+  float mant = 0.0f;
+  for (int l = 0; l < lanes; ++l) {
+    if (!(ln.mant[l] > 0.0f)) continue;
+    const double v = std::ldexp(double(ln.mant[l]), ln.expo[l] - top);
+    best = std::max(best, v);
+    sum += v;
+  }
+  mant = static_cast<float>(su.soft_reduction ? sum : best);
+  PairTotal<float> tot;
+  if (mant > 0.0f) {
+    tot.base = static_cast<float>(top);
+    tot.log2sum = CpuMath::log2(mant);
+  }
+  tot.store(static_cast<float*>(out.total), b);
+  st(static_cast<T*>(out.score), b, tot.value() * su.unit);
+  out.argmax[b] = -1;
 }
 
 }  // namespace softsw::cpu::simd
