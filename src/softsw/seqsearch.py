@@ -177,27 +177,24 @@ class _Set:
 
 def _pair_scores(queries: _Set, targets: _Set, q_index, t_index, rows, cols, matrix,
                  similarity, device, dtype) -> torch.Tensor:
-    """``(len(q_index) * len(t_index), rows, cols)`` score matrices of every
-    query of ``q_index`` against every target of ``t_index`` (query-major)."""
+    """``(len(t_index) * len(q_index), rows, cols)`` score matrices of every
+    query of ``q_index`` against every target of ``t_index``, target-major:
+    pair ``b * len(q_index) + a`` is query ``a`` against target ``b``."""
     if queries.embedded:
         a = queries.rows(q_index, rows, device, dtype)
         b = targets.rows(t_index, cols, device, dtype)
         if similarity == "cosine":
             a = torch.nn.functional.normalize(a, dim=-1)
             b = torch.nn.functional.normalize(b, dim=-1)
-        s = torch.einsum("aid,bjd->abij", a, b)
-        return s.reshape(-1, rows, cols)
+        return torch.einsum("aid,bjd->baij", a, b).reshape(-1, rows, cols)
     q = queries.rows(q_index, rows, device).clamp(min=0)  # padding: any token
     t = targets.rows(t_index, cols, device).clamp(min=0)
-    # columns[b, x, j] = matrix[x, t[b, j]]; query a's rows of it are its
-    # (nt, rows, cols) score matrices, gathered straight into place.
-    k = matrix.shape[0]
-    columns = torch.index_select(matrix, 1, t.reshape(-1)).view(k, len(t_index), cols)
+    # columns[b, x, j] = matrix[x, t[b, j]]; picking its rows q[a, i] gives
+    # every (target, query) pair's matrix in place: one gather, no copy.
+    k, nt, nq = matrix.shape[0], len(t_index), len(q_index)
+    columns = torch.index_select(matrix, 1, t.reshape(-1)).view(k, nt, cols)
     columns = columns.permute(1, 0, 2).contiguous()  # (nt, K, cols)
-    s = torch.empty(len(q_index), len(t_index), rows, cols, device=device, dtype=matrix.dtype)
-    for a in range(len(q_index)):
-        torch.index_select(columns, 1, q[a], out=s[a])
-    return s.view(-1, rows, cols)
+    return torch.index_select(columns, 1, q.reshape(-1)).view(nt * nq, rows, cols)
 
 
 # --------------------------------------------------------------------------
@@ -274,7 +271,7 @@ def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
 
 def _bytes_per_cell(dtype: torch.dtype) -> int:
     # The score matrices of a call, twice: with embeddings, the similarity
-    # product writes (q, i, t, j) and the kernel reads a (q, t, i, j) copy.
+    # product writes (t, i, q, j) and the kernel reads a (t, q, i, j) copy.
     # (Sequences need them once; the budget keeps the same cells per call.)
     return 2 * torch.tensor([], dtype=dtype).element_size()
 
@@ -594,9 +591,9 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
             s = _pair_scores(q_set, t_set, call.q_index, call.t_index, call.rows, call.cols,
                              sub_scores, similarity, device, dtype)
             nq, nt = len(call.q_index), len(call.t_index)
-            lengths = torch.stack([q_set.lengths[call.q_index].repeat_interleave(nt),
-                                   t_set.lengths[call.t_index].repeat(nq)], 1).to(device)
-            score = kernel(s, lengths).to(result_dtype).view(nq, nt)
+            lengths = torch.stack([q_set.lengths[call.q_index].repeat(nt),
+                                   t_set.lengths[call.t_index].repeat_interleave(nq)], 1)
+            score = kernel(s, lengths.to(device)).to(result_dtype).view(nt, nq).T
             del s
             q_dev, t_dev = call.q_index.to(device), call.t_index.to(device)
             if k is None:
