@@ -311,3 +311,31 @@ def test_cli_search(tmp_path, families, capsys):
     rc = softsw.cli.main(["search", str(bad), DATA, "--device", "cpu"])
     assert rc == 2
     assert f"{bad}:3: column 3: '#'" in capsys.readouterr().err
+
+
+def test_progress_bar(capsys):
+    pytest.importorskip("tqdm")
+    softsw.search(["ACDEFG", "HIKL"], ["ACDE", "KLMN", "PQ"], device="cpu", progress=True)
+    assert "softsw search" in capsys.readouterr().err
+    softsw.search(["ACDEFG"], ["ACDE"], device="cpu", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_search_benchmark_runs(tmp_path):
+    """benchmarks/search_bench.py on a few short proteins (what it reports is
+    checked by its own runs; here: it runs and writes its JSON)."""
+    import importlib.util
+    import json
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "benchmarks", "search_bench.py")
+    if not os.path.exists(path):
+        pytest.skip("benchmarks/ is not next to tests/")
+    spec = importlib.util.spec_from_file_location("search_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench.json"
+    bench.main(["--device", "cpu", "--n", "6", "--min-length", "5", "--max-length", "40",
+                "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report["modes"]) == {"hard", "soft"}
+    assert all(m["search_cells_per_s"] > 0 and m["ratio"] > 0 for m in report["modes"].values())
