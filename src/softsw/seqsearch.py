@@ -345,6 +345,15 @@ def _comm_device(group, device) -> torch.device:
     return device if dist.get_backend(group) == "nccl" else torch.device("cpu")
 
 
+def _smallest(group, value: int, device) -> int:
+    """The smallest `value` over the ranks (each rank's free memory differs,
+    but every rank must plan the same kernel calls)."""
+    import torch.distributed as dist
+    x = torch.tensor([value], dtype=torch.int64, device=_comm_device(group, device))
+    dist.all_reduce(x, op=dist.ReduceOp.MIN, group=group)
+    return int(x.item())
+
+
 def _gather_best(group, world, scores, index, k, device):
     import torch.distributed as dist
     where = _comm_device(group, device)
@@ -572,6 +581,8 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
         cells = min(cells, batch_cells)
 
     group, rank, world = _group(process_group)
+    if world > 1:
+        cells = _smallest(group, cells, device)  # one plan on every rank
     n_q, n_t = len(q_set), len(t_set)
     calls = _plan(q_set, t_set, cells) if n_q and n_t else []
     mine = _share(calls, rank, world) if world > 1 else calls
