@@ -63,6 +63,10 @@ DEFAULT_MEMORY_FRACTION = 0.5
 _BUCKET_RATIO = 1.1
 _BUCKET_SLACK = 8
 
+# Default cap on the padded cells of one kernel call (4 GiB of float32
+# scores): past it a call keeps a GPU no busier, and offsets stay small.
+_MAX_CALL_CELLS = 1 << 30
+
 
 # --------------------------------------------------------------------------
 # Results.
@@ -521,7 +525,7 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
             (float) that the score matrices of one kernel call may take;
             default :data:`DEFAULT_MEMORY_FRACTION` of free memory.
         batch_cells: at most this many padded cells per kernel call (default:
-            what the budget allows). Results do not depend on it.
+            what the budget allows, at most 2**30). Results do not depend on it.
         unknown: a letter outside the matrix's alphabet raises, or is scored
             as this symbol (e.g. ``"X"``).
         progress: a tqdm progress bar over the cells (``None``: shown when
@@ -573,7 +577,7 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
 
     kernel = _scorer(gap_open, gap_extend, temperature, reduction)
     budget = _budget_bytes(memory_budget, device)
-    cells = budget // _bytes_per_cell(dtype)
+    cells = min(budget // _bytes_per_cell(dtype), _MAX_CALL_CELLS)
     if batch_cells is not None:
         if isinstance(batch_cells, bool) or not isinstance(batch_cells, int) or batch_cells < 1:
             raise ValueError(f"softsw.search: `batch_cells` must be a positive int, "
