@@ -386,9 +386,8 @@ def _gather_full(group, full, filled, device):
 # --------------------------------------------------------------------------
 
 
-def _trace(path: torch.Tensor, query: str, target: str, score: float) -> Alignment:
-    """An Alignment from the 0/1 (m, n) matrix of matched pairs."""
-    cells = path.nonzero().tolist()
+def _trace(cells: List[List[int]], query: str, target: str, score: float) -> Alignment:
+    """An Alignment from the matched pairs [i, j] of a path, in order."""
     if not cells:
         return Alignment(score, 0, 0, 0, 0, 0, 0, "", "")
     qa, ta = [], []
@@ -446,11 +445,16 @@ def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, g
         with torch.no_grad():
             _, path = alignment(s, gap_open, 0.0, gap_extend=gap_extend,
                                 lengths=lengths.to(device), reduction=reduction)
-        path = path.cpu()
+        # Only the matched cells leave the device (row-major: pair, i, j),
+        # not the (n, rows, cols) 0/1 matrices.
+        matched = path.nonzero().cpu()
+        per_pair = torch.bincount(matched[:, 0], minlength=len(chunk)).tolist()
+        pairs_ij = matched[:, 1:].tolist()
+        offset = 0
         for k, h in enumerate(chunk):
-            m, n = int(lengths[k, 0]), int(lengths[k, 1])
-            out[h] = _trace(path[k, :m, :n], queries.sequences[hit_q[h]],
+            out[h] = _trace(pairs_ij[offset:offset + per_pair[k]], queries.sequences[hit_q[h]],
                             targets.sequences[hit_t[h]], hit_score[h])
+            offset += per_pair[k]
         start = stop
     return out
 
