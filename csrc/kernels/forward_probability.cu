@@ -131,9 +131,10 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
 // The staging (8.4 KB a warp for float, twice that for double) lets 6 blocks
-// of 4 warps (3 for double) share an SM: registers up to that occupancy.
+// of 4 warps (3 for double) share an SM: registers up to that occupancy (5 for
+// 2-byte scores, whose staging code needs more).
 template <typename T, typename A, int R, bool SOFT>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : sizeof(T) == 2 ? 5 : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
   static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
