@@ -1,5 +1,5 @@
-"""torch.func transforms (grad, vmap, jacrev, functional_call) over softsw.align
-and softsw.alignment, against eager autograd and per-slice loops.
+"""torch.func transforms (grad, vmap, jacrev, jvp, jacfwd, hessian, functional_call)
+over softsw.align and softsw.alignment, against eager autograd and per-slice loops.
 
 grad and jacrev run the kernels eager autograd runs, on the same inputs: their
 results equal eager's bit for bit. vmap folds the vmapped dimensions into the
@@ -193,3 +193,43 @@ def test_functional_call_module(device, gen):
     model(x, y).sum().backward()
     for name, p in model.named_parameters():
         assert_equal(func[name], p.grad, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("extend", AFFINE)
+def test_forward_mode(device, gen, extend):
+    """jvp (torch.func and forward_ad.dual_level) against the gradient dotted
+    with the tangents; jacfwd, hessian and jacfwd of the alignment against
+    their reverse-mode counterparts."""
+    from torch.autograd import forward_ad
+    from torch.func import hessian, jacfwd, jvp
+    B, M, N = 2, 4, 5
+    S, gap, lengths = problem(gen, device, B, M, N)
+    v = randn(gen, B, M, N, device=device)
+    w = randn(gen, B, 1, 1, device=device)
+
+    def score(s, g):
+        return softsw.align(s, g, 0.6, gap_extend=extend, lengths=lengths)
+
+    x, g = leaf(S), leaf(gap)
+    gx, gg = torch.autograd.grad(score(x, g).sum(), (x, g))
+    want = (gx * v).sum((1, 2)) + (gg * w).sum((1, 2))
+    value, tangent = jvp(score, (S, gap), (v, w))
+    assert_equal(value, score(S, gap), "jvp value")
+    assert_close(tangent, want, torch.float64, "jvp tangent")
+    with forward_ad.dual_level():
+        out = score(forward_ad.make_dual(S, v), forward_ad.make_dual(gap, w))
+        assert_close(forward_ad.unpack_dual(out).tangent, want, torch.float64, "dual_level")
+
+    def total(s):
+        return score(s, gap).sum()
+
+    assert_close(jacfwd(lambda s: score(s, gap))(S), jacrev(lambda s: score(s, gap))(S),
+                 torch.float64, "jacfwd")
+    assert_close(hessian(total)(S), jacrev(jacrev(total))(S), torch.float64, "hessian")
+
+    def soft_alignment(s):
+        return softsw.alignment(s, gap, 0.6, gap_extend=extend, lengths=lengths)[1]
+
+    assert_close(jacfwd(soft_alignment)(S), jacrev(soft_alignment)(S), torch.float64,
+                 "jacfwd of the alignment")

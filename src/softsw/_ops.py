@@ -186,10 +186,25 @@ class ForwardFunction(torch.autograd.Function):
         _, hidden, argmax, total = output
         ctx.mark_non_differentiable(hidden, argmax, total)
         save_forward_state(ctx, inputs, hidden, argmax, total)
+        scores, gap_open, gap_extend, _, _, _, _, lengths, _ = inputs
+        ctx.save_for_forward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
 
     @staticmethod
     def backward(ctx, grad_score, _grad_hidden, _grad_argmax, _grad_total):
         return backward_of_forward(ctx, grad_score, BackwardFunction.apply) + (None,) * 6
+
+    @staticmethod
+    def jvp(ctx, d_scores, d_open, d_extend, *_):
+        # Forward mode: d score = <d score / d inputs, tangents>, the gradient
+        # taken with a cotangent of ones.
+        scores = ctx.saved_tensors[0]
+        ones = torch.ones(scores.shape[0], dtype=scores.dtype, device=scores.device)
+        grads = backward_of_forward(ctx, ones, BackwardFunction.apply)
+        tangent = torch.zeros_like(ones)
+        for grad, direction in zip(grads, (d_scores, d_open, d_extend)):
+            if grad is not None and direction is not None:
+                tangent = tangent + (grad * direction).sum((1, 2))
+        return tangent, None, None, None
 
 
 class BackwardFunction(torch.autograd.Function):
@@ -204,10 +219,35 @@ class BackwardFunction(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         _backward_setup_context(ctx, inputs, output)
+        (grad_score, scores, gap_open, gap_extend, _, _, _, _, lengths, _, hidden, argmax,
+         total) = inputs
+        ctx.save_for_forward(grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax,
+                             total)
 
     @staticmethod
     def backward(ctx, gg_scores, gg_open, gg_extend):
         return _backward_backward(ctx, gg_scores, gg_open, gg_extend)
+
+    @staticmethod
+    def jvp(ctx, d_grad_score, d_scores, d_open, d_extend, *_):
+        # The gradient is grad_score * g(inputs): its tangent is the Hessian
+        # of the score applied to the input tangents (symmetric, so the double
+        # backward's vector-Hessian product), times grad_score, plus
+        # d_grad_score * g.
+        grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax, total = \
+            ctx.saved_tensors
+        gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
+        state = (scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+                 temperature, lengths, reduction, hidden, argmax, total)
+        d_scores = torch.zeros_like(scores) if d_scores is None else d_scores
+        d_open = d_open if ctx.has_gap_open else None
+        d_extend = d_extend if ctx.has_gap_extend else None
+        tangents = list(torch.ops.softsw.double_backward(
+            d_scores, d_open, d_extend, grad_score, *state)[1:])
+        if d_grad_score is not None:
+            extra = torch.ops.softsw.backward(d_grad_score, *state)
+            tangents = [t + e if e.numel() else t for t, e in zip(tangents, extra)]
+        return tuple(tangents)
 
 
 # --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numbers
 from typing import Optional, Tuple, Union
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _ops
@@ -185,6 +186,21 @@ def _needs_grad(*tensors) -> bool:
         t is not None and t.requires_grad for t in tensors)
 
 
+def _has_tangent(*tensors) -> bool:
+    # Forward-mode AD (torch.func.jvp / jacfwd / hessian, forward_ad.dual_level):
+    # the tangent rides on the tensor, which does not require grad.
+    if forward_ad._current_level < 0:
+        return False
+    return any(t is not None and forward_ad.unpack_dual(t).tangent is not None
+               for t in tensors)
+
+
+def _transformed(*tensors) -> bool:
+    """Whether a functorch transform or forward-mode AD is active: then the
+    autograd.Functions with setup_context, jvp and vmap rules run."""
+    return torch._C._are_functorch_transforms_active() or _has_tangent(*tensors)
+
+
 # --------------------------------------------------------------------------
 # Public functions.
 # --------------------------------------------------------------------------
@@ -218,14 +234,16 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
         double backward is supported.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    if not _needs_grad(args[0], args[1], args[2]):
-        score = torch.ops.softsw.forward(*args, False)[0]
-    elif torch.compiler.is_compiling():
-        score = torch.ops.softsw.forward(*args, True)[0]  # the registered autograd
-    elif torch._C._are_functorch_transforms_active():
+    differentiable = args[:3]
+    if torch.compiler.is_compiling():  # the registered autograd, when needed
+        score = torch.ops.softsw.forward(*args, _needs_grad(*differentiable))[0]
+    elif _has_tangent(*differentiable) or (_needs_grad(*differentiable) and
+                                           torch._C._are_functorch_transforms_active()):
         score = _ops.ForwardFunction.apply(*args)[0]
-    else:
+    elif _needs_grad(*differentiable):
         score = _EagerForward.apply(*args)
+    else:
+        score = torch.ops.softsw.forward(*args, False)[0]
     return score.squeeze(0) if squeeze else score
 
 
@@ -270,7 +288,7 @@ def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: floa
     on the soft alignment itself can be trained.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    if torch._C._are_functorch_transforms_active():
+    if not torch.compiler.is_compiling() and _transformed(*args[:3]):
         forward, backward = _ops.ForwardFunction.apply, _ops.BackwardFunction.apply
         score, hidden, argmax, total = forward(*args)
     else:  # the registered autograd
