@@ -74,8 +74,8 @@ Groups make_groups(const Setup<T>& su, std::vector<int64_t> pairs, double work) 
 }
 
 // The plan: pairs that are empty or invalid get their result at once; at
-// T > 0 with a float accumulator (and, for affine gaps, no state to keep),
-// the pairs the range rule admits run in the probability domain
+// T > 0 with a float accumulator, the pairs the range rule admits run in the
+// probability domain
 // (forward_probability.h); the other linear-gap float pairs on the SIMD
 // log-domain forward (forward_simd.h); the rest on the scalar passes.
 template <typename T>
@@ -106,7 +106,7 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
   }
   if (pairs.empty()) return;
   std::vector<int64_t> scaled;
-  if (vector && !su.hard && !(p.affine && out.hidden)) {
+  if (vector && !su.hard) {
     std::vector<char> in_range(pairs.size(), 0);
     parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
       int64_t m = 0, n = 0;

@@ -88,7 +88,9 @@ struct ProbabilityRows {
   const int32_t* e_up;
   float* z;              // row i
   int32_t* e;
-  float* h;              // with state: H = log2 Z of row i (kernel units)
+  float* h;              // with state: H = log2 Z of row i (kernel units; affine: C)
+  float* h_u;            // with state, affine gaps: U and L of row i
+  float* h_l;
   // Linear gaps: each lane's left neighbour Z[i, 0] and diagonal Z[i-1, 0]
   // with their exponents (W entries each); nullptr: the boundary (1).
   const float* left_z;
@@ -131,6 +133,15 @@ SOFTSW_VINLINE void fold_chunk(typename V<VL>::F red, typename V<VL>::I o,
     best_m = X::sel(upd, rm, best_m);
     best_e = X::seli(upd, re, best_e);
   }
+}
+
+// H = log2 of a scaled value z 2^o; -inf where z flushed to zero (a U or L
+// node far below its chunk, whose weights are then zero to rounding anyway).
+template <int VL>
+SOFTSW_VINLINE typename V<VL>::F log2_scaled(typename V<VL>::F z, typename V<VL>::I o) {
+  using X = V<VL>;
+  return X::sel(z > X::splat(0.0f), X::log2(z) + __builtin_convertvector(o, typename X::F),
+                X::splat(-kInf<float>));
 }
 
 // MASKED: lanes differ in extents, so cells past a lane's pair are masked out
@@ -195,7 +206,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
         diag = up;
         left = z;
         if constexpr (STATE) {
-          const F h = X::log2(z.v) + __builtin_convertvector(o, F);
+          const F h = log2_scaled<VL>(z.v, o);
           X::store(r.h + j * W + lane, h);
           if constexpr (!SOFT) {
             I upd = h > best_h[k];
@@ -237,7 +248,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
 //   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
 // with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
 // row (C bounds A and U from above, and B + L = C on the left).
-template <int VL, bool SOFT, bool MASKED>
+template <int VL, bool SOFT, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                                 int32_t n, int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
@@ -247,9 +258,15 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
   constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const F open_const = X::exp2(X::splat(gap.open)), extend_const = X::exp2(X::splat(gap.extend));
-  I rowok[K], nl[K], el[K], ed[K], best_e[K];
-  F bl[K], ll[K], cd[K], best_m[K];
+  I rowok[K], nl[K], el[K], ed[K], best_e[K], bi[K], bj[K];
+  F bl[K], ll[K], cd[K], best_m[K], best_h[K];
+  const I iv = X::splati(i);
   for (int k = 0; k < K; ++k) {
+    if constexpr (STATE && !SOFT) {
+      best_h[k] = X::load(ln.best + k * VL);
+      bi[k] = X::loadi(ln.bi + k * VL);
+      bj[k] = X::loadi(ln.bj + k * VL);
+    }
     rowok[k] = X::splati(i) <= X::loadi(ln.m + k * VL);
     nl[k] = X::loadi(ln.n + k * VL);
     cd[k] = bl[k] = one;  // C[i-1, 0] = B[i, 0] = 1, L[i, 0] = 0, exponent 0
@@ -290,6 +307,20 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         X::store(r.a + c, sd + l);
         X::store(r.u + c, u);
         diag = X::load(r.z_up + c) * fu;
+        if constexpr (STATE) {
+          const F h = log2_scaled<VL>(z, o);
+          X::store(r.h + c, h);
+          X::store(r.h_u + c, log2_scaled<VL>(u, o));
+          X::store(r.h_l + c, log2_scaled<VL>(l, o));
+          if constexpr (!SOFT) {
+            I upd = h > best_h[k];
+            if constexpr (MASKED) upd &= rowok[k] & inside;
+            best_h[k] = X::sel(upd, h, best_h[k]);
+            bi[k] = X::seli(upd, iv, bi[k]);
+            bj[k] = X::seli(upd, X::splati(j), bj[k]);
+            continue;
+          }
+        }
         F counted = z;
         if constexpr (MASKED) counted = X::sel(rowok[k] & inside, z, zero);
         if constexpr (SOFT) red += counted;
@@ -301,12 +332,17 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       bl[k] = b;
       ll[k] = l;
       el[k] = o;
-      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
     X::store(ln.mant + k * VL, best_m[k]);
     X::storei(ln.expo + k * VL, best_e[k]);
+    if constexpr (STATE && !SOFT) {
+      X::store(ln.best + k * VL, best_h[k]);
+      X::storei(ln.bi + k * VL, bi[k]);
+      X::storei(ln.bj + k * VL, bj[k]);
+    }
   }
 }
 
@@ -320,7 +356,7 @@ template <int VL, int KIND, bool SOFT, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                                        int32_t i, ProbabilityLanes& ln) {
   if constexpr (KIND == kAffineConstantGaps)
-    probability_affine_row_body<VL, SOFT, MASKED>(r, gap, n, i, ln);
+    probability_affine_row_body<VL, SOFT, MASKED, STATE>(r, gap, n, i, ln);
   else
     probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, STATE>(r, gap, n, i, ln);
 }
@@ -357,8 +393,7 @@ ProbabilityRowFn pick_probability_row() {
   return &probability_row_baseline<KIND, SOFT, MASKED, STATE>;
 }
 
-// The row functions of one kind: [soft][masked]; with state (linear gaps
-// only: the affine training forward keeps three planes, in the log domain).
+// The row functions of one kind: [soft][masked], with state or without.
 struct ProbabilityRowFns {
   ProbabilityRowFn fn[2][2];
 };
@@ -372,7 +407,9 @@ ProbabilityRowFns pick_probability_rows() {
   return f;
 }
 inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
-  if (p.affine) return pick_probability_rows<kAffineConstantGaps, false>();
+  if (p.affine)
+    return state ? pick_probability_rows<kAffineConstantGaps, true>()
+                 : pick_probability_rows<kAffineConstantGaps, false>();
   if (p.gap_open.data)
     return state ? pick_probability_rows<kLinearGapTensor, true>()
                  : pick_probability_rows<kLinearGapTensor, false>();
@@ -381,8 +418,8 @@ inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
 }
 
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
-// writes score, total, argmax, and `hidden` (H) when the forward keeps state
-// (linear gaps; rows_fn must then be the STATE row functions).
+// writes score, total, argmax, and `hidden` (H, or the C, U, L planes) when
+// the forward keeps state (rows_fn must then be the STATE row functions).
 template <typename T>
 void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
                        const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
@@ -423,19 +460,23 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   // Rows (z = C, and for affine gaps A and U) of row i - 1 and row i, scores,
   // gap scores, and the chunk exponents of both rows.
   const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
-  const int64_t rows = p.affine ? 6 : 3;
+  const int64_t rows = p.affine ? 9 : 3;
   mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);  // rows + s, g
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
-  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr, *hb = nullptr;
+  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr;
+  float *hb = nullptr, *hb_u = nullptr, *hb_l = nullptr;
   float* hidden = static_cast<float*>(out.hidden);
   float* hid[W] = {};
   if (hidden) {
-    hb = base + 4 * stride;
+    hb = base + (p.affine ? 8 : 4) * stride;
+    hb_u = p.affine ? base + 9 * stride : nullptr;
+    hb_l = p.affine ? base + 10 * stride : nullptr;
     for (int l = 0; l < count; ++l) {
-      hid[l] = hidden + pairs[l] * su.MN;
-      fill_outside<float>(hid[l], su.M, N, ln.m[l], ln.n[l], 0.0f);
+      hid[l] = hidden + pairs[l] * su.planes * su.MN;
+      for (int64_t k = 0; k < su.planes; ++k)
+        fill_outside<float>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], 0.0f);
     }
   }
   if (p.affine) {
@@ -471,13 +512,21 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       if (gap_tensor)
         for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ProbabilityRows r{sb,      gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, nullptr,
-                            nullptr, nullptr, nullptr,          a_up, u_up, a, u};
+    const ProbabilityRows r{sb,   gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, hb_u, hb_l,
+                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u};
     row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if (hidden) {
       float* dst[W];
       for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
       deinterleave_rows(dst, hb + W, lane_n, count);
+      if (p.affine) {
+        for (int l = 0; l < count; ++l)
+          if (dst[l]) dst[l] += su.MN;
+        deinterleave_rows(dst, hb_u + W, lane_n, count);
+        for (int l = 0; l < count; ++l)
+          if (dst[l]) dst[l] += su.MN;
+        deinterleave_rows(dst, hb_l + W, lane_n, count);
+      }
     }
     std::swap(z_up, z);
     std::swap(e_up, e);
@@ -562,8 +611,9 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
         if (src[l])
           for (int64_t j = 0; j < n_now[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
     }
-    const ProbabilityRows r{sb, nullptr, z_up, e_up, z, e, nullptr, left_z, left_e, diag_z, diag_e,
-                            nullptr, nullptr, nullptr, nullptr};
+    const ProbabilityRows r{sb,     nullptr, z_up,    e_up,    z,       e,       nullptr,
+                            nullptr, nullptr, left_z, left_e, diag_z, diag_e, nullptr,
+                            nullptr, nullptr, nullptr};
     row(r, gaps, static_cast<int32_t>(nb), 1, ln);
     // Hand each lane's last column on to the next lane (lane 0: the boundary).
     for (int l = W - 1; l >= 0; --l) {
