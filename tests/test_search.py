@@ -339,3 +339,21 @@ def test_search_benchmark_runs(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["modes"]) == {"hard", "soft"}
     assert all(m["search_cells_per_s"] > 0 and m["ratio"] > 0 for m in report["modes"].values())
+
+
+def test_cli_soft_mode(tmp_path):
+    queries = tmp_path / "q.fasta"
+    queries.write_text(">q1\nMKTAYIAKQRQISFVKSHFSRQ\n")
+    targets = tmp_path / "t.fasta"
+    targets.write_text(">t1\nMKTAYIAKQR\n>t2\nGGGGSSSS\n>t3\nQISFVKSHFS\n")
+    out = tmp_path / "hits.tsv"
+    assert softsw.cli.main(["search", str(queries), str(targets), "--temperature", "1",
+                            "--gap-extend", "-1", "--top", "2", "-o", str(out),
+                            "--device", "cpu", "--no-progress"]) == 0
+    rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
+    want = softsw.search(["MKTAYIAKQRQISFVKSHFSRQ"], ["MKTAYIAKQR", "GGGGSSSS", "QISFVKSHFS"],
+                         temperature=1.0, top=2, device="cpu")
+    names = ["t1", "t2", "t3"]
+    assert [r[1] for r in rows] == [names[i] for i in want.indices[0].tolist()]
+    assert [float(r[2]) for r in rows] == pytest.approx(want.scores[0].tolist(), rel=1e-5)
+    assert all(r[3:10] == ["."] * 7 for r in rows)
