@@ -47,14 +47,23 @@
 // touches another pair. An empty pair scores 0 with zero gradients.
 //
 // Speed. Pairs are spread over std::threads (as many as the CPUs this
-// process may run on; SOFTSW_NUM_THREADS=k overrides). The linear-gap forward
-// with a float accumulator is vectorised across the pairs of the batch
-// (forward_simd.h); every other pass is the scalar cell loop of forward.h and
-// reverse.h.
+// process may run on; SOFTSW_NUM_THREADS=k overrides), and with a float
+// accumulator (float32, float16, bfloat16) over SIMD lanes, 16 pairs to a
+// group (SOFTSW_CPU_ISA caps the instruction set; "scalar" turns the SIMD
+// passes off):
+//   forward, T > 0, a pair inside the range rule of probability.h (linear
+//     gaps, or constant affine gaps): the probability domain
+//     (forward_probability.h; a lone long pair on column blocks);
+//   forward, linear gaps, any other pair: the log domain (forward_simd.h);
+//   backward, linear gaps, T > 0: reverse_simd.h.
+// Every other pass (float64, T = 0 backward, the affine backward, the double
+// backward, and the affine forward outside the range rule) is the scalar
+// cell loop of forward.h and reverse.h.
 //
 // Files: element.h (dtypes and conversions), thread_pool.h, cell.h (the cells
-// of recurrence.h on the CPU's exp2), simd.h (vector arithmetic and run-time
-// ISA choice), forward.h / forward_simd.h / reverse.h (the passes), and the
+// of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
+// choice, rows to and from the lanes), forward.h / forward_simd.h /
+// forward_probability.h / reverse.h / reverse_simd.h (the passes), and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
 // header: the set-up every pass shares.
 #pragma once
