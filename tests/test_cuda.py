@@ -180,8 +180,9 @@ def test_second_device(gen):
 @pytest.mark.parametrize("gap_extend", [None, -0.25])
 def test_inference_forward_matches_training_forward(gen, T, reduction, gap_extend):
     """A forward that keeps no state (inference) may split the work
-    differently from one that feeds a backward (one row per lane against four
-    on tall bands): the scores agree, exactly for the max."""
+    differently from one that feeds a backward, and at T > 0 runs in the
+    probability domain (other arithmetic, closer to float64): the scores agree
+    to rounding, and exactly at T = 0 (max-plus either way)."""
     for (B, M, N) in [(2, 300, 260), (1, 129, 1024), (3, 40, 300)]:
         S = quantized(gen, B, M, N, dtype=torch.float32, device="cuda") if T == 0 \
             else randn(gen, B, M, N, dtype=torch.float32, device="cuda")
@@ -189,7 +190,7 @@ def test_inference_forward_matches_training_forward(gen, T, reduction, gap_exten
             inference = softsw.align(S, -0.7, T, reduction=reduction, gap_extend=gap_extend)
         training = softsw.align(S.clone().requires_grad_(True), -0.7, T, reduction=reduction,
                                 gap_extend=gap_extend)
-        if reduction == "max":
+        if T == 0:
             assert torch.equal(inference, training.detach())
         else:
             assert_close(inference, training, torch.float32, "score",

@@ -215,7 +215,9 @@ def affine_case(gen, B, M, N, T, reduction, gaps, kinds, use_lengths, nan_paddin
                                   ref_grads):
                 assert_close(g, r, dtype, name, tol=grad_tol(dtype, M, N, T, scale))
         inference = run_inference(S_d, go_d, ge_d, T, lengths, reduction, dtype)
-        if reduction == "max" or T == 0:
+        # At T > 0 an inference forward may run in the probability domain (other
+        # arithmetic, closer to float64): equal to rounding; max-plus exactly.
+        if T == 0:
             assert exact(inference, out), f"{dtype}: inference forward differs"
         else:
             assert_close(inference, out, dtype, "inference score", tol=score_tol(dtype, M, N))

@@ -161,7 +161,9 @@ def test_any_strides(device, gen, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_no_grad_path_equals_grad_path(device, gen):
-    """Without requires_grad the forward keeps no state; the score is the same."""
+    """Without requires_grad the forward keeps no state; the score is the same
+    (at T > 0 to rounding: an inference forward may run in the probability
+    domain; exactly at T = 0)."""
     S = randn(gen, 3, 33, 40, device=device)
     for T in (1.0, 0.0):
         for reduction in REDUCTIONS:
@@ -169,7 +171,11 @@ def test_no_grad_path_equals_grad_path(device, gen):
             with torch.no_grad():
                 b = softsw.align(leaf(S), -0.5, T, reduction=reduction)
             c = softsw.align(leaf(S), -0.5, T, reduction=reduction)
-            assert torch.equal(a, b) and torch.equal(a, c.detach())
+            assert torch.equal(a, b)
+            if T == 0:
+                assert torch.equal(a, c.detach())
+            else:
+                assert_close(a, c, S.dtype, "score", tol=score_tol(S.dtype, 33, 40))
             assert not a.requires_grad and c.requires_grad
 
 

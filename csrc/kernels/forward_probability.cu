@@ -509,7 +509,7 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     args.ws = ws;
     auto launch = [&](auto rows_per_lane) {
       constexpr int R = decltype(rows_per_lane)::value;
-      args.nbands = (p.rows + kWarp * R - 1) / (kWarp * R);
+      args.nbands = p.rows == 0 ? 1 : (p.rows + kWarp * R - 1) / (kWarp * R);  // as band_count
       if (args.soft_reduction)
         launch_persistent<probability_forward<T, A, R, true>>(args, s, "probability_forward",
                                                               probability_forward_smem<T, R>());
