@@ -190,8 +190,8 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
         A sdot = A(0);
         if (!p.affine) {
           A* hdot = sc.tangents.get(cells);
-          if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot);
-          else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot);
+          if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot, sc);
+          else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot, sc);
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)

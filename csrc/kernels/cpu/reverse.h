@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cell.h"
+#include "row_weights.h"
 #include "setup.h"
 
 namespace softsw::cpu {
@@ -71,21 +73,30 @@ bool region_of(const Setup<T>& su, const ForwardState& state, int64_t b, int64_t
 // Hdot over the region, row stride nr.
 template <typename T, bool HARD>
 void tangent_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>* hid,
-                    const T* ws, const T* wo, Acc<T>* hdot) {
+                    const T* ws, const T* wo, Acc<T>* hdot, Scratch<Acc<T>>& sc) {
   using A = Acc<T>;
   using Cell = CpuLinearCell<A, HARD>;
   const int64_t N = pv.N;
   auto H = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hid[(i - 1) * N + (j - 1)]; };
   auto Hd = [&](int64_t i, int64_t j) { return i == 0 || j == 0 ? A(0) : hdot[(i - 1) * nr + (j - 1)]; };
-  for (int64_t i = 1; i <= mr; ++i)
+  for (int64_t i = 1; i <= mr; ++i) {
+    RowWeights rw{};
+    if constexpr (std::is_same_v<A, float>)
+      if (row_weights_apply<T, HARD>()) rw = row_weights(pv, hid, i, nr, false, 0.0f, 1.0f, sc);
     for (int64_t j = 1; j <= nr; ++j) {
-      const A g = pv.open.at(i, j);
-      const Weights<A> w = Cell::normalized_weights(H(i, j), H(i - 1, j - 1) + pv.s(i, j),
-                                                    H(i - 1, j) + g, H(i, j - 1) + g);
+      Weights<A> w;
+      if (rw.p1) {
+        w = Weights<A>{rw.p1[j], rw.p2[j], rw.p3[j]};
+      } else {
+        const A g = pv.open.at(i, j);
+        w = Cell::normalized_weights(H(i, j), H(i - 1, j - 1) + pv.s(i, j), H(i - 1, j) + g,
+                                     H(i, j - 1) + g);
+      }
       const A gd = dir_at(wo, N, i, j);
       hdot[(i - 1) * nr + (j - 1)] = w.p1 * (Hd(i - 1, j - 1) + dir_at(ws, N, i, j)) +
                                      w.p2 * (Hd(i - 1, j) + gd) + w.p3 * (Hd(i, j - 1) + gd);
     }
+  }
 }
 
 // Writes, over the region, outS = gs * d s / d S and outG = gs * d s / d g
@@ -109,14 +120,25 @@ void reverse_linear(const PairView<T>& pv, int64_t mr, int64_t nr, const Acc<T>*
     out[nr] = A(0);
     outd[nr] = A(0);
     A right = 0, rightd = 0;
+    RowWeights rw{};
+    if constexpr (std::is_same_v<A, float>)
+      if (row_weights_apply<T, HARD>())
+        rw = row_weights(pv, hid, i, nr, seed.soft, seed.total, seed.scale, sc);
     for (int64_t j = nr; j >= 1; --j) {
       const int64_t k = (i - 1) * N + (j - 1);
-      const A h = hid[k], g = pv.open.at(i, j);
-      const A v1 = H(i - 1, j - 1) + pv.s(i, j), v2 = H(i - 1, j) + g, v3 = H(i, j - 1) + g;
-      const Weights<A> w = Cell::normalized_weights(h, v1, v2, v3);
+      const A h = hid[k];
+      Weights<A> w;
       A e0 = A(0);
-      if (seed.soft) e0 = CpuMath::exp2(h - seed.total) * seed.scale;
-      else if (i == mr && j == nr) e0 = A(1);
+      if (rw.p1) {
+        w = Weights<A>{rw.p1[j], rw.p2[j], rw.p3[j]};
+        if (seed.soft) e0 = rw.e0[j];
+      } else {
+        const A g = pv.open.at(i, j);
+        w = Cell::normalized_weights(h, H(i - 1, j - 1) + pv.s(i, j), H(i - 1, j) + g,
+                                     H(i, j - 1) + g);
+        if (seed.soft) e0 = CpuMath::exp2(h - seed.total) * seed.scale;
+      }
+      if (!seed.soft && i == mr && j == nr) e0 = A(1);
       const A E = e0 + in[j] + right;
       const A m1 = E * w.p1, m2 = E * w.p2, m3 = E * w.p3;
       if constexpr (!TAN) {

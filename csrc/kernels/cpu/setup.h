@@ -207,6 +207,9 @@ struct Scratch {
   // Double backward: the tangents of the region (linear: Hdot; affine: the
   // five node tangents).
   Buffer<A> tangents;
+  // Scalar reverse and tangent passes (float): one row's H, the row above,
+  // its scores and gap scores, and its weights and seeds (row_weights.h).
+  Buffer<A> row_h, row_h_up, row_s, row_g, row_p1, row_p2, row_p3, row_e0;
   // SIMD forward: a group's lane-interleaved rows (float lanes only).
   std::vector<float> lanes;
 };
