@@ -27,8 +27,16 @@
 // kRenormSteps = 8 steps a value grows at most (1 + 2^12 + 2^13)^8 < 2^110
 // (from a start in [1, 2) and a neighbour at most 2^12 larger), and
 // 2^-12 never flushes. Cells outside the bound (small T, large |S| / T, large
-// gaps) are computed in the log domain (recurrence.h): a kernel checks the
-// bound on the scores it reads before it uses them and switches.
+// gaps) are computed in the log domain (recurrence.h).
+//
+// Two ways to apply it, both exact: the CPU kernels check the bound on a
+// pair's scores before they start and run the pair in one domain; the CUDA
+// forward (forward_probability.cu), which cannot afford a pass over the
+// scores first, keeps the gap bound, computes 8 steps, checks that every value
+// is finite and otherwise undoes them and continues in the log domain. A
+// weight below the bound only loses what is negligible (see above), so
+// overflow is the one thing to detect there. The two may therefore choose
+// different domains for a pair near the bound; the scores agree to rounding.
 #pragma once
 
 #include <cstdint>
