@@ -8,13 +8,15 @@
 //
 // Work split. One warp per band of 32R rows (wavefront.cuh's geometry): lane l
 // owns band rows lR .. lR+R-1 and at step t computes column t - lR - k of its
-// row k. Several rows per lane mean fewer bands per pair (each band waits
-// ~64 steps for the one above it) and R independent cells per step.
+// row k. Several rows per lane would mean fewer bands per pair (each band
+// waits ~64 steps for the one above it) and R independent cells per step; the
+// launcher runs R = 1 (see there why).
 //
 // Staging. Steps are taken 32 at a time (a chunk). Chunk q needs, of band row
 // r, the 32 columns 32q - r .. 32q - r + 31: a parallelogram, copied with
 // cp.async (no registers held, each warp-wide copy one row's consecutive
-// scores) two chunks ahead into a ring of two shared-memory slots. A slot
+// scores) into a ring of two shared-memory slots, issued when the chunk
+// before it starts to be read, so a whole chunk of steps hides the copy. A slot
 // keeps row lR + k at [k][l], rows padded to 33 elements (34 for 2-byte types,
 // copied as 4-byte words), so that a step, where every lane reads element x
 // of its row k, hits 32 different banks.
