@@ -102,6 +102,9 @@ struct ProbabilityRows {
   const float* u_up;
   float* a;
   float* u;
+  // Linear gaps: the next row's inputs and outputs, one step per column
+  // (nullptr: none).
+  RowPrefetcher* prefetch = nullptr;
 };
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
@@ -183,6 +186,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
   }
   for (int32_t j0 = 1, q = 0; j0 <= n; j0 += C, ++q) {
     const int32_t j1 = std::min(j0 + C - 1, n);
+    if (r.prefetch) r.prefetch->steps(j1 - j0 + 1);
     for (int k = 0; k < K; ++k) {
       const int64_t lane = k * VL;
       const I eu = X::loadi(r.e_up + q * W + lane);
@@ -493,10 +497,20 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   std::fill(sb, sb + ng * W, -kInf<float>);
   if (gap_tensor) std::fill(gb, gb + ng * W, -kInf<float>);
   for (int64_t i = 1; i <= mg; ++i) {
-    {  // the next row's scores
-      const T* next[W];
-      for (int l = 0; l < count; ++l) next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
-      prefetch_rows(next, count, ng);
+    // The next row's scores (and, linear gaps, its H), spread over this row
+    // for float scores and linear gaps, else in one burst.
+    RowPrefetcher next;
+    if (std::is_same_v<T, float> && !p.affine) {
+      for (int l = 0; l < count; ++l) {
+        if (i >= ln.m[l]) continue;
+        next.add(S[l] + i * N);
+        if (hidden) next.add(hid[l] + i * N);
+      }
+      next.pace(ng, ng);
+    } else {
+      const T* rows_next[W];
+      for (int l = 0; l < count; ++l) rows_next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
+      prefetch_rows(rows_next, count, ng);
     }
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
@@ -513,7 +527,7 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
         for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
     const ProbabilityRows r{sb,   gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, hb_u, hb_l,
-                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u};
+                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u, &next};
     row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if (hidden) {
       float* dst[W];

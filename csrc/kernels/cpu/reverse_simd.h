@@ -43,6 +43,7 @@ struct ReverseRows {
   float* out;
   float* grad_s;
   float* grad_g;
+  RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
 };
 
 template <int VL, bool SOFT>
@@ -70,6 +71,7 @@ SOFTSW_VINLINE void reverse_row_body(const ReverseRows& r, int32_t n, int32_t i,
   const F zero = X::splat(0.0f);
   for (int32_t j = n; j >= 1; --j) {
     const I jv = X::splati(j);
+    r.prefetch->step();
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
       const F h = X::load(r.h + c), g = X::load(r.g + c1);
@@ -224,16 +226,22 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
   gather_h(mg, h);
   for (int64_t i = mg; i >= 1; --i) {
     gather_h(i - 1, h_up);
-    if (i >= 2) {  // the next row's H and scores
-      const float* next_h[W];
-      const T* next_s[W];
+    // The next row's H, scores and (float) gradients, spread over this row.
+    RowPrefetcher next;
+    if (i >= 2) {
+      const T* next_s[W] = {};
       for (int l = 0; l < count; ++l) {
-        next_h[l] = i >= 3 ? hid[l] + (i - 3) * N : nullptr;
-        next_s[l] = i - 1 <= pairs[l].mr ? S[l] + (i - 2) * N : nullptr;
+        if (i >= 3) next.add(hid[l] + (i - 3) * N);
+        if (i - 1 > pairs[l].mr) continue;
+        next_s[l] = S[l] + (i - 2) * N;
+        if constexpr (std::is_same_v<T, float>) {
+          next.add(next_s[l]);
+          next.add(grad_s + pairs[l].b * su.MN + (i - 2) * N);
+        }
       }
-      prefetch_rows(next_h, count, ng);
-      prefetch_rows(next_s, count, ng);
+      if constexpr (!std::is_same_v<T, float>) prefetch_rows(next_s, count, ng);
     }
+    next.pace(ng, ng);
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
       for (int l = 0; l < count; ++l) src[l] = i <= pairs[l].mr ? S[l] + (i - 1) * N : nullptr;
@@ -248,7 +256,7 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
       if (!gap_const)
         for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ReverseRows rows{h, h_up, sb, gb, in, out, os, og};
+    const ReverseRows rows{h, h_up, sb, gb, in, out, os, og, &next};
     row(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if constexpr (std::is_same_v<T, float>) {
       float* dst[W];

@@ -186,6 +186,41 @@ inline void prefetch_rows(const T* const* src, int count, int64_t n) {
       for (int64_t j = 0; j < n; j += 64 / sizeof(T)) __builtin_prefetch(src[l] + j);
 }
 
+// The same requests spread over a pass instead of issued in one burst: a
+// burst of W rows' lines fills the core's miss buffers and stalls it, while
+// the row kernel, issuing a few lines per column, keeps the memory busy under
+// its arithmetic. add() rows (n floats each, at most kRows), then pace(n,
+// cols) before a pass of `cols` columns that calls step() once per column.
+class RowPrefetcher {
+ public:
+  static constexpr int kRows = 3 * W;
+  void add(const void* row) {
+    if (row && rows_ < kRows) row_[rows_++] = static_cast<const char*>(row);
+  }
+  void pace(int64_t n, int64_t cols) {
+    lines_ = (n * int64_t(sizeof(float)) + 63) / 64;
+    const int64_t total = lines_ * rows_;
+    per_step_ = cols > 0 ? static_cast<int>((total + cols - 1) / cols) : 0;
+  }
+  SOFTSW_VINLINE void steps(int32_t cols) {
+    for (int32_t t = 0; t < cols; ++t) step();
+  }
+  SOFTSW_VINLINE void step() {
+    for (int q = 0; q < per_step_ && r_ < rows_; ++q) {
+      __builtin_prefetch(row_[r_] + c_ * 64);
+      if (++c_ == lines_) {
+        c_ = 0;
+        ++r_;
+      }
+    }
+  }
+
+ private:
+  const char* row_[kRows];
+  int rows_ = 0, r_ = 0, per_step_ = 0;
+  int64_t lines_ = 0, c_ = 0;
+};
+
 inline void interleave_rows(float* dst, const float* const* src, const int64_t* n, int count,
                             float scale) {
   using X = V<4>;
