@@ -34,11 +34,12 @@ struct alignas(64) Lanes {
 // One row i of the group: cells (i, 1..n) from the row above (`prev`,
 // lane-interleaved: col j at j*W, col 0 = boundary), the row's scores `s` and
 // gap scores `g` (col j at (j-1)*W); writes the row to `cur` and folds it
-// into the reduction of the lanes whose pair contains the cell. The W lanes
+// into the reduction of the lanes whose pair contains the cell, issuing one
+// step of the next row's prefetches (`pf`) per column. The W lanes
 // are K = W / VL native vectors, independent chains interleaved per column.
 template <int VL, bool HARD, bool SOFT>
 SOFTSW_VINLINE void row_body(const float* s, const float* g, const float* prev, float* cur,
-                             int32_t n, int32_t i, Lanes& ln) {
+                             int32_t n, int32_t i, Lanes& ln, RowPrefetcher& pf) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -57,6 +58,7 @@ SOFTSW_VINLINE void row_body(const float* s, const float* g, const float* prev, 
   }
   for (int32_t j = 1; j <= n; ++j) {
     const I jv = X::splati(j);
+    pf.step();
     for (int k = 0; k < K; ++k) {
       const F hu = X::load(prev + j * W + k * VL);
       const F gg = X::load(g + (j - 1) * W + k * VL);
@@ -104,26 +106,27 @@ SOFTSW_VINLINE void row_body(const float* s, const float* g, const float* prev, 
   }
 }
 
-using RowFn = void (*)(const float*, const float*, const float*, float*, int32_t, int32_t, Lanes&);
+using RowFn = void (*)(const float*, const float*, const float*, float*, int32_t, int32_t, Lanes&,
+                       RowPrefetcher&);
 
 template <bool HARD, bool SOFT>
 void row_baseline(const float* s, const float* g, const float* prev, float* cur, int32_t n,
-                  int32_t i, Lanes& ln) {
-  row_body<4, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+                  int32_t i, Lanes& ln, RowPrefetcher& pf) {
+  row_body<4, HARD, SOFT>(s, g, prev, cur, n, i, ln, pf);
 }
 
 #if defined(__x86_64__)
 template <bool HARD, bool SOFT>
 __attribute__((target("avx2,fma"))) void row_avx2(const float* s, const float* g,
                                                   const float* prev, float* cur, int32_t n,
-                                                  int32_t i, Lanes& ln) {
-  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+                                                  int32_t i, Lanes& ln, RowPrefetcher& pf) {
+  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln, pf);
 }
 template <bool HARD, bool SOFT>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void row_avx512(
     const float* s, const float* g, const float* prev, float* cur, int32_t n, int32_t i,
-    Lanes& ln) {
-  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln);
+    Lanes& ln, RowPrefetcher& pf) {
+  row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln, pf);
 }
 #endif
 
@@ -187,10 +190,19 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
   const bool gap_const = p.gap_open.data == nullptr;
   if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
   for (int64_t i = 1; i <= mg; ++i) {
-    {  // the next row's scores
-      const T* next[W];
-      for (int l = 0; l < count; ++l) next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
-      prefetch_rows(next, count, ng);
+    // The next row's scores (float: spread over this row, with its H) ...
+    RowPrefetcher next;
+    if constexpr (std::is_same_v<T, float>) {
+      for (int l = 0; l < count; ++l) {
+        if (i >= ln.m[l]) continue;
+        next.add(S[l] + i * N);
+        if (hid[l]) next.add(hid[l] + i * N);
+      }
+      next.pace(ng, ng);
+    } else {  // ... else in one burst
+      const T* rows_next[W];
+      for (int l = 0; l < count; ++l) rows_next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
+      prefetch_rows(rows_next, count, ng);
     }
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W];
@@ -206,7 +218,7 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
       if (!gap_const)
         for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    row(sb, gb, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    row(sb, gb, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, next);
     if (hidden) {
       float* dst[W];
       for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
