@@ -1,5 +1,5 @@
-// Affine gaps on CUDA: the backward of the three-state recurrence (SPEC.md
-// §1, MATH.md "Affine gaps") on the band wavefront of wavefront.cuh, with the
+// Affine gaps on CUDA: the backward of the three-state recurrence
+// (docs/semantics.md, docs/math.md "Affine gaps") on the band wavefront of wavefront.cuh, with the
 // cell math of AffineCell / LinearCell (recurrence.h) so that the CPU and CUDA
 // kernels cannot drift. (The forward is forward.cu's, with AffineRow.) Per
 // cell (i, j), nodes named as in recurrence.h:
@@ -69,8 +69,8 @@ struct AffineBackwardArgs {
   T* grad_grad_score = nullptr;
 };
 
-// TAN: the reverse pass of the double backward (MATH.md, cpu.cpp's
-// reverse_affine<TAN>): with the adjoint E also its tangent Edot (unless
+// TAN: the reverse pass of the double backward (docs/math.md, the CPU's
+// reverse_affine<TAN> in cpu/reverse.h): with the adjoint E also its tangent Edot (unless
 // HARD, where the Hessian is zero and the outputs stay cleared), writing the
 // Hessian-vector product instead of the gradient, and grad_grad_score =
 // <W, d score / d inputs> per pair.

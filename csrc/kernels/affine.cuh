@@ -1,5 +1,5 @@
-// Affine-gap CUDA passes beyond the forward (SPEC.md §1, MATH.md "Affine
-// gaps"): the backward and the double backward, implemented in affine.cu on
+// Affine-gap CUDA passes beyond the forward (docs/semantics.md, docs/math.md
+// "Affine gaps"): the backward and the double backward, implemented in affine.cu on
 // the band wavefront of wavefront.cuh. backward_cuda / double_backward_cuda
 // route `problem.affine` here. The affine forward is forward.cu's skeleton
 // with AffineRow; the double backward's tangent pass is that skeleton with

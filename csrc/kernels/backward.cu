@@ -1,4 +1,4 @@
-// Backward pass on CUDA: the reverse wavefront of MATH.md. The adjoint
+// Backward pass on CUDA: the reverse wavefront of docs/math.md. The adjoint
 // E = d score / d H flows from each cell to the three cells it read; a cell's
 // transition weights are recomputed from the forward's saved H (wavefront.cuh
 // gives the layout), and d score / d S = E * p1, d score / d g = E * (p2 + p3).

@@ -1,4 +1,4 @@
-// Double backward on CUDA: the Hessian-vector product of MATH.md ("Double
+// Double backward on CUDA: the Hessian-vector product of docs/math.md ("Double
 // backward"), linear gaps, as two more band wavefronts (wavefront.cuh):
 //
 // 1. The tangent pass (tangent.cuh: forward.cu's skeleton with
@@ -22,8 +22,8 @@
 // Units. p_k, q and the weights are computed exactly as in backward.cu, from
 // H, S, g in kernel units (soft: caller units / (T ln 2)). Everything tangent
 // (W, Wg, Hdot, sdot, and hence pdot = p (vdot - Hdot) * inv_t with
-// inv_t = 1 / T) stays in caller units, as in cpu.cpp, so no tangent is ever
-// rescaled. E is a ratio of two caller-unit quantities (d score / d H), so
+// inv_t = 1 / T) stays in caller units, as in the CPU passes (cpu/reverse.h),
+// so no tangent is ever rescaled. E is a ratio of two caller-unit quantities (d score / d H), so
 // it is the same number in both unit systems.
 //
 // T = 0: the Hessian is zero almost everywhere. The tangent pass is skipped,

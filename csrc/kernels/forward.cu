@@ -6,7 +6,7 @@
 // One skeleton, two row types. What a gap model changes is what a row keeps
 // from its last cell, what it hands the row below, and what it saves:
 //  * LinearRow: H; hands H down; saves H (one plane).
-//  * AffineRow (SPEC.md §1, the nodes of recurrence.h's AffineCell): C, A, U,
+//  * AffineRow (docs/semantics.md, the nodes of recurrence.h's AffineCell): C, A, U,
 //    B, L; hands C, A, U down (the row below reads C on the diagonal one step
 //    later, A and U above); keeps B and L for its own next cell; saves the
 //    planes C, U, L, from which the affine backward recomputes D, A and B.
@@ -98,8 +98,8 @@ struct AffineRow {
   }
 };
 
-// The tangent pass of the affine double backward (MATH.md: tangents node by
-// node; cpu.cpp's tangent_affine): AffineRow's values recomputed with the
+// The tangent pass of the affine double backward (docs/math.md: tangents node
+// by node; the CPU's tangent_affine in cpu/reverse.h): AffineRow's values recomputed with the
 // forward's arithmetic, their softmax weights, and the tangents along the
 // direction (dir_*, caller units, as every tangent here). Saves the planes
 // Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0 the
@@ -156,7 +156,7 @@ struct AffineTangentRow {
   }
 };
 
-// The tangent pass of the linear double backward (MATH.md step 1): H
+// The tangent pass of the linear double backward (docs/math.md, step 1): H
 // recomputed with the forward's arithmetic, its weights p, and
 //   Hdot = p1 (Hdot[i-1,j-1] + W) + p2 (Hdot[i-1,j] + Wg) + p3 (Hdot[i,j-1] + Wg)
 // in caller units. Saves Hdot; reduces nothing; soft only.

@@ -84,7 +84,7 @@ struct BackwardArgs {
 // the backward's outputs), write
 //   grad_grad_score = <W, A>                     per pair
 //   hvp_*           = grad_score * (Hessian of score) . W
-// MATH.md: a tangent forward pass, then one reverse pass that carries the
+// docs/math.md: a tangent forward pass, then one reverse pass that carries the
 // adjoint and its tangent together.
 struct DoubleBackwardArgs {
   const void* grad_score = nullptr;      // (B,) of Dtype

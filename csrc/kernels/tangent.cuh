@@ -1,4 +1,4 @@
-// The first half of the CUDA double backward (MATH.md "Double backward",
+// The first half of the CUDA double backward (docs/math.md "Double backward",
 // steps 1 and 2), shared by the linear and affine passes:
 //  * tangent_cuda (forward.cu): the forward skeleton with LinearTangentRow or
 //    AffineTangentRow writes the tangents of every cell along the direction
