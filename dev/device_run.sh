@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   inplace ptests probe pncu  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   inplace ptests probe pncu ptrain search hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -30,6 +30,22 @@ for stage in "$@"; do
         python3 $REPO/dev/probe_inference.py --ncu --shapes ${NCU_SHAPES:-1024x128x128,64x1024x1024}) > $OUT/pncu.txt 2>&1
       grep -E "probability_forward|Duration|Achieved Occupancy|Warp Cycles Per Issued|No Eligible|Registers Per|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Bank|Shared|Stall|L1/TEX Hit" $OUT/pncu.txt \
         | sed 's/  \+/ /g' | head -60 | tee -a "$SUMMARY" ;;
+    ptrain)  # a training step pass by pass (inference, forward with state, backward, step)
+      (cd /tmp && timeout 200 python3 $REPO/dev/probe_training.py ${PTRAIN_ARGS:-}) 2>&1 | tee -a "$SUMMARY"
+      (cd /tmp && timeout 200 python3 $REPO/dev/probe_training.py --affine --shapes 1024x128x128,256x512x512,8x4096x4096) 2>&1 | tee -a "$SUMMARY" ;;
+    search)  # softsw.search against the batched kernel (2,000 x 2,000 proteins, hard and soft)
+      (cd /tmp && timeout ${SEARCH_TIMEOUT:-300} python3 $REPO/benchmarks/search_bench.py --device cuda \
+        --json $OUT/search.json ${SEARCH_ARGS:-}) > $OUT/search.txt 2>&1
+      say "search: exit $?"; tail -30 $OUT/search.txt | tee -a "$SUMMARY" ;;
+    hvpbench)  # HVP step next to the training step, linear and affine
+      for kind in "" "--affine"; do
+        (cd /tmp && timeout 200 python3 -m softsw.bench --mode hvp --methods softsw --no-latency \
+          --shapes ${HVP_SHAPES:-64x256x256,16x1024x1024,256x512x512} $kind) 2>&1 | tail -14 | tee -a "$SUMMARY"
+      done ;;
+    sympy)  # why torch's sympy utilities fail under pytest here
+      (cd /tmp && python3 -c "import sympy, torch; print('sympy', sympy.__version__, sympy.__file__); import sympy.printing; print('ok')") 2>&1 | tee -a "$SUMMARY"
+      (cd $REPO && timeout 200 python3 -m pytest -x -q -p no:cacheprovider -k "compile" --tb=long tests/test_compile.py) > $OUT/sympy.log 2>&1
+      say "sympy: $(tail -1 $OUT/sympy.log)"; grep -n -B30 "has no attribute 'printing'" $OUT/sympy.log | head -80 | tee -a "$SUMMARY" ;;
     build)
       if python3 -c "import softsw" 2>/dev/null && [ -n "$PREBUILT" ]; then say "build: prebuilt"; continue; fi
       ( time python3 -m pip install --no-build-isolation --no-deps --no-index . ) > $OUT/build.log 2>&1 \
@@ -77,7 +93,7 @@ for stage in "$@"; do
           | tail -12 | tee -a "$SUMMARY"
       done ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} $REPO/tests) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" $REPO/tests) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done
