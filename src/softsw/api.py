@@ -243,7 +243,7 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
     elif _needs_grad(*differentiable):
         score = _EagerForward.apply(*args)
     else:
-        score = torch.ops.softsw.forward(*args, False)[0]
+        score = _ops.forward_without_autograd(*args, False)[0]
     return score.squeeze(0) if squeeze else score
 
 
@@ -261,7 +261,7 @@ class _EagerForward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *args):
-        score, hidden, argmax, total = torch.ops.softsw.forward(*args, True)
+        score, hidden, argmax, total = _ops.forward_without_autograd(*args, True)
         _ops.save_forward_state(ctx, args, hidden, argmax, total)
         return score
 

@@ -1,0 +1,88 @@
+"""The eager host path: plain calls of align skip the ops' registered (Python)
+autograd kernel where no graph is recorded, and call each kernel once per pass.
+
+Skipping it must change nothing a caller sees: the same kernels on the same
+inputs (so the same bits as the registered autograd gives), dispatch modes still
+see every op, and a backward with create_graph still records the double
+backward.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import softsw
+from conftest import DEVICES, randn
+
+
+class OpLog(TorchDispatchMode):
+    """Records the softsw ops dispatched (name, keep_hidden for forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "softsw":
+            self.calls.append(func._opname)
+        return func(*args, **(kwargs or {}))
+
+
+def registered_autograd_step(S, gap_open, temperature, reduction):
+    """Score and gradient through torch.ops.softsw.forward's registered autograd."""
+    S = S.detach().requires_grad_(True)
+    code = {"max": 0, "soft": 1}[reduction]
+    score = torch.ops.softsw.forward(S, None, None, gap_open, gap_open, False, temperature,
+                                     None, code, True)[0]
+    (grad,) = torch.autograd.grad(score.sum(), S)
+    return score.detach(), grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_eager_step_equals_registered_autograd(device, gen, reduction, temperature):
+    S = randn(gen, 4, 7, 9, device=device)
+    ref_score, ref_grad = registered_autograd_step(S, -0.7, temperature, reduction)
+
+    with torch.no_grad():
+        score = softsw.align(S, -0.7, temperature, reduction=reduction)
+    assert not score.requires_grad
+    assert torch.equal(score, ref_score)
+
+    Sg = S.clone().requires_grad_(True)
+    score = softsw.align(Sg, -0.7, temperature, reduction=reduction)
+    (grad,) = torch.autograd.grad(score.sum(), Sg)
+    assert torch.equal(score.detach(), ref_score)
+    assert torch.equal(grad, ref_grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_op_call_per_pass_and_modes_see_them(device, gen):
+    S = randn(gen, 3, 5, 6, device=device)
+    with OpLog() as log, torch.no_grad():
+        softsw.align(S, -1.0, 1.0)
+    assert log.calls == ["forward"]
+
+    Sg = S.clone().requires_grad_(True)
+    with OpLog() as log:
+        score = softsw.align(Sg, -1.0, 1.0)
+        torch.autograd.grad(score.sum(), Sg)
+    assert log.calls == ["forward", "backward"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_create_graph_still_records_the_double_backward(device, gen):
+    S = randn(gen, 2, 6, 5, device=device, dtype=torch.float64).requires_grad_(True)
+    w = randn(gen, 2, 6, 5, device=device, dtype=torch.float64)
+    (P,) = torch.autograd.grad(softsw.align(S, -0.5, 0.9).sum(), S, create_graph=True)
+    assert P.requires_grad
+    with OpLog() as log:
+        (hvp,) = torch.autograd.grad((P * w).sum(), S)
+    assert log.calls == ["double_backward"]
+    # The same Hessian-vector product through the finite difference of the gradient.
+    eps = 1e-6
+    up = torch.autograd.grad(softsw.align(S + eps * w, -0.5, 0.9).sum(), S)[0]
+    down = torch.autograd.grad(softsw.align(S - eps * w, -0.5, 0.9).sum(), S)[0]
+    torch.testing.assert_close(hvp, (up - down) / (2 * eps), rtol=1e-5, atol=1e-6)
