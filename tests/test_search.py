@@ -7,6 +7,7 @@ PairwiseAligner exactly. Random sequences check determinism under every batch
 split and the top-k against the full matrix."""
 from __future__ import annotations
 
+import bisect
 import os
 import random
 
@@ -212,9 +213,8 @@ def test_ranks_share_the_calls(seed):
     """Under torch.distributed each kernel call goes to exactly one rank, and
     the ranks' cells differ by at most the largest call."""
     rnd = random.Random(seed)
-    lengths = lambda n: torch.tensor([rnd.randint(1, 300) for _ in range(n)])  # noqa: E731
-    sets = [seqsearch._Set.__new__(seqsearch._Set) for _ in range(2)]
-    sets[0].lengths, sets[1].lengths = lengths(40), lengths(70)
+    lengths = lambda n: [rnd.randint(1, 300) for _ in range(n)]  # noqa: E731
+    sets = stub_sets(lengths(40), lengths(70))
     calls = seqsearch._plan(sets[0], sets[1], 200_000)
     for world in (2, 3, 5):
         shares = [seqsearch._share(calls, r, world) for r in range(world)]
@@ -224,6 +224,102 @@ def test_ranks_share_the_calls(seed):
         assert max(loads) - min(loads) <= max(c.cells for c in calls)
     pairs = [(q, t) for c in calls for q in c.q_index.tolist() for t in c.t_index.tolist()]
     assert sorted(pairs) == [(q, t) for q in range(40) for t in range(70)]
+
+
+def stub_sets(*lengths):
+    """_Set stand-ins with lengths only (all that the planning reads)."""
+    sets = [seqsearch._Set.__new__(seqsearch._Set) for _ in lengths]
+    for s, n in zip(sets, lengths):
+        s.lengths = torch.tensor(n, dtype=torch.int64)
+    return sets
+
+
+def test_plan_covers_each_pair_once_in_its_orientation(seed):
+    """Every pair is in exactly one call; a call pairs one length bucket of
+    queries (lengths within 10 % or 8 residues) with one of targets, keeps
+    within batch_cells and the byte budget, and puts the targets on the rows
+    exactly when the pair's query length falls in a longer bucket."""
+    rnd = random.Random(seed)
+    q_len = [rnd.randint(0, 400) for _ in range(37)]
+    t_len = [rnd.randint(0, 400) for _ in range(53)]
+    queries, targets = stub_sets(q_len, t_len)
+    footprint = seqsearch._footprint(torch.float32, alphabet_size=24)
+    starts = seqsearch._grid(400)
+    bucket = lambda n: bisect.bisect_right(starts, n) - 1  # noqa: E731
+    calls = seqsearch._plan(queries, targets, 200_000, footprint, 1_600_000)
+    seen = []
+    for c in calls:
+        assert c.cells <= 200_000
+        n_rows, n_cols = (len(c.t_index), len(c.q_index)) if c.transposed else \
+            (len(c.q_index), len(c.t_index))
+        assert footprint.call(n_rows, n_cols, c.rows, c.cols) <= 1_600_000
+        for index, lengths, width, (start, stop) in ((c.q_index, q_len, c.q_width, c.q_span),
+                                                     (c.t_index, t_len, c.t_width, c.t_span)):
+            assert index.tolist() == seqsearch._order(torch.tensor(lengths))[start:stop].tolist()
+            picked = [lengths[i] for i in index.tolist()]  # padded to the bucket's longest
+            assert max(picked) <= width and (width in lengths or width == 1)
+            assert width - min(picked) <= max(min(picked) // 10, 8)
+        for q in c.q_index.tolist():
+            for t in c.t_index.tolist():
+                assert c.transposed == (bucket(q_len[q]) > bucket(t_len[t]))
+                seen.append((q, t))
+    assert sorted(seen) == [(q, t) for q in range(37) for t in range(53)]
+    assert any(c.transposed for c in calls) and not all(c.transposed for c in calls)
+    with pytest.raises(ValueError, match="raise `memory_budget` or `batch_cells`"):
+        seqsearch._plan(queries, targets, 200_000, footprint, 500_000)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_transposed_blocks_score_like_align(device, seed):
+    """Long queries against short targets run with the targets on the rows:
+    each score is align() of the query-by-target matrix, exactly in hard
+    mode and to float32 rounding in soft mode (the sums run in another order).
+    The substitution matrix is not symmetric: a transposed block must read
+    it transposed."""
+    rnd = random.Random(seed)
+    queries = random_sequences(rnd, 4, 150, 220)
+    targets = random_sequences(rnd, 5, 5, 60) + random_sequences(rnd, 3, 260, 300)
+    blosum = softsw.scoring.load_matrix("BLOSUM62")
+    gen = torch.Generator().manual_seed(seed)
+    matrix = (blosum.alphabet, blosum.scores + torch.randint(0, 3, blosum.scores.shape,
+                                                             generator=gen).double())
+    assert not torch.equal(matrix[1], matrix[1].T)
+    job = seqsearch._job(queries, targets, device=device, batch_cells=150_000)
+    assert any(c.transposed for c in job.calls) and not all(c.transposed for c in job.calls)
+    for temperature in (0.0, 1.0):
+        full = softsw.search(queries, targets, matrix=matrix, top=None, gap_open=-5.0,
+                             gap_extend=-1.0, temperature=temperature, device=device,
+                             batch_cells=150_000)
+        for q, a in enumerate(queries):
+            for t, b in enumerate(targets):
+                one = softsw.scoring.score_matrix(a, b, matrix, device=device)
+                want = softsw.align(one, -5.0, temperature, gap_extend=-1.0).cpu()
+                if temperature == 0:
+                    assert full.scores[q, t] == want, (q, t)
+                else:
+                    torch.testing.assert_close(full.scores[q, t], want)
+
+
+@CUDA_SKIP
+def test_cuda_streams_give_one_streams_results():
+    """Kernel calls on two or three CUDA streams (merges chained by events)
+    give what one stream gives, top-k and full matrix; hard scores equal the
+    CPU's."""
+    rnd = random.Random(0)
+    queries = random_sequences(rnd, 30, 1, 300)
+    targets = random_sequences(rnd, 50, 1, 300)
+    for top in (5, None):
+        kw = dict(top=top, gap_open=-4.0, gap_extend=-1.0, device="cuda", batch_cells=30_000)
+        one = seqsearch._run(seqsearch._job(queries, targets, in_flight=1, **kw))
+        assert len(seqsearch._job(queries, targets, **kw).calls) > 20
+        for n in (2, 3):
+            other = seqsearch._run(seqsearch._job(queries, targets, in_flight=n, **kw))
+            assert torch.equal(other.scores, one.scores)
+            assert (other.indices is None) == (one.indices is None)
+            if top is not None:
+                assert torch.equal(other.indices, one.indices)
+        cpu = softsw.search(queries, targets, **{**kw, "device": "cpu"})
+        assert torch.equal(cpu.scores, one.scores)
 
 
 @CUDA_SKIP

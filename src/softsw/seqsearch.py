@@ -9,24 +9,35 @@
 Every query is scored against every target. The score matrices are built on
 the device block by block, never all at once:
 
-* **Length buckets.** Queries and targets are sorted by length and cut into
-  buckets whose lengths differ by at most about 10 %; a block pairs one query
-  bucket with one target bucket, so the padding of a block is small.
+* **Length buckets.** Queries and targets are sorted by length and cut on a
+  fixed grid of length intervals (lengths in one within about 10 %); a block
+  pairs one query bucket with one target bucket, so the padding of a block is
+  small. The kernel cuts a pair's rows into bands of 32 that run along the
+  columns, so a block puts its shorter side on the rows: the targets when
+  their bucket is the shorter (the score is the same, see below).
 * **Memory budget.** A block is cut into kernel calls of at most
   ``batch_cells`` padded cells; by default as many as fit in
   ``memory_budget`` (bytes, or a fraction of the device's free memory;
-  default :data:`DEFAULT_MEMORY_FRACTION`).
+  default :data:`DEFAULT_MEMORY_FRACTION`), counting the score matrices, the
+  kernel's workspace and the calls in flight.
+* **Pipelined.** On CUDA two calls are in flight, on two streams: one call's
+  score matrices are built while the other's kernel runs, and a kernel's
+  last wave overlaps the next one. Nothing waits for the device between
+  calls (no copy to the host, no sync): the host queues ahead.
 * **Streaming top-k.** Each call's scores are merged into a running top-k per
   query (or written into the full ``(Q, T)`` matrix with ``top=None``).
 * **Deterministic.** A pair's score does not depend on the block it was
   computed in, and hits are ordered by score, then target index: the same
   hits in the same order whatever ``batch_cells``, the device's free memory,
-  or the number of processes. Two exceptions, in the last bits of soft
-  scores: with embeddings the similarities come from a matrix product whose
-  rounding may depend on the block's shape; and on the CPU, float32 soft
-  scores with linear gaps come from a SIMD loop over several pairs or a scalar
-  loop for a pair alone, which round differently (``dtype=torch.float64``
-  or affine gaps avoid it).
+  or the number of processes. A pair whose query is in a longer bucket than
+  its target runs transposed (that depends on the two lengths only): its hard
+  score is exactly ``align()``'s of the query-by-target matrix, its soft score
+  that to rounding (the kernel's sums run in another order). Two exceptions,
+  in the last bits of soft scores: with embeddings the similarities come from
+  a matrix product whose rounding may depend on the block's shape; and on the
+  CPU, float32 soft scores with linear gaps come from a SIMD loop over
+  several pairs or a scalar loop for a pair alone, which round differently
+  (``dtype=torch.float64`` or affine gaps avoid it).
 * **Distributed.** Under ``torch.distributed`` (e.g. ``torchrun``) the blocks
   are shared among the ranks of ``process_group`` (default: the default group
   when one is initialised) and the results gathered: every rank returns what
@@ -40,11 +51,15 @@ gap_extend=-1`` here.
 from __future__ import annotations
 
 import argparse
+import bisect
+import collections
+import contextlib
+import inspect
 import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -58,14 +73,17 @@ __all__ = ["search", "SearchResult", "Alignment", "DEFAULT_MEMORY_FRACTION", "ma
 #: ``memory_budget`` is given.
 DEFAULT_MEMORY_FRACTION = 0.5
 
-# Lengths in one bucket stay within this ratio of the bucket's shortest (or
-# _BUCKET_SLACK residues of it, for short sequences): padding costs < ~10 %.
-_BUCKET_RATIO = 1.1
+# Length buckets: lengths in one stay within 10 % (or _BUCKET_SLACK residues,
+# for short sequences) of each other, so padding costs < ~10 %.
 _BUCKET_SLACK = 8
 
 # Default cap on the padded cells of one kernel call (4 GiB of float32
 # scores): past it a call keeps a GPU no busier, and offsets stay small.
 _MAX_CALL_CELLS = 1 << 30
+
+# Device bytes per pair besides its score matrices and the kernel's
+# workspace: its lengths, the kernel's outputs, the top-k candidates.
+_PAIR_EXTRA_BYTES = 128
 
 
 # --------------------------------------------------------------------------
@@ -135,8 +153,10 @@ class SearchResult:
 
 
 class _Set:
-    """One side of the search on the device: tokens (sequences) or
-    embeddings, and the lengths."""
+    """One side of the search: tokens (sequences) or embeddings, and the
+    lengths. Buckets and kernel calls are spans of ``order``, the items sorted
+    by (length, index); the tokens live on the device in that order, so a
+    call's rows are a slice (no index copied to the device, no host sync)."""
 
     def __init__(self, items, what, matrix, unknown, device):
         if isinstance(items, (str, torch.Tensor)) or not hasattr(items, "__len__"):
@@ -145,6 +165,7 @@ class _Set:
         items = list(items)
         self.what = what
         self.embedded = bool(items) and isinstance(items[0], torch.Tensor)
+        tokens = None
         if self.embedded:
             for i, e in enumerate(items):
                 if not isinstance(e, torch.Tensor) or e.dim() != 2 or \
@@ -161,44 +182,61 @@ class _Set:
             self.sequences = [scoring._as_string(s, f"{what} {i}") for i, s in enumerate(items)]
             tokens, self.lengths = scoring.encode(self.sequences, matrix.alphabet,
                                                   unknown=unknown, what=what[:-1])
-            self.tokens = tokens.to(device)
         if not len(self):
             self.lengths = torch.zeros(0, dtype=torch.int64)
+        self.order = _order(self.lengths)
+        self.rank = torch.empty_like(self.order)
+        self.rank[self.order] = torch.arange(len(self))
+        self.sorted_lengths = self.lengths[self.order].to(device)
+        self.sorted_index = self.order.to(device)
+        if tokens is not None:
+            if tokens.dim() != 2 or tokens.shape[1] == 0:  # no residues at all
+                tokens = torch.zeros(len(self), 1, dtype=torch.int64)
+            # Padding (-1) becomes token 0: any score, the kernel never reads it.
+            self.sorted_tokens = tokens[self.order].clamp_(min=0).to(device)
 
     def __len__(self):
         return int(self.lengths.shape[0])
 
     def rows(self, index: torch.Tensor, width: int, device, dtype=None) -> torch.Tensor:
-        """Tokens ``(n, width)`` or padded embeddings ``(n, width, D)`` of ``index``."""
+        """Tokens ``(n, width)`` or zero-padded embeddings ``(n, width, D)``
+        of the items ``index`` (a CPU tensor)."""
         if not self.embedded:
-            return torch.index_select(self.tokens, 0, index.to(self.tokens.device))[:, :width]
+            where = self.rank[index].to(self.sorted_tokens.device)
+            return torch.index_select(self.sorted_tokens, 0, where)[:, :width]
         picked = [self.embeddings[i] for i in index.tolist()]
         out = torch.zeros(len(picked), width, picked[0].shape[1], device=device, dtype=dtype)
         for k, e in enumerate(picked):
             out[k, :e.shape[0]] = e.to(device=device, dtype=dtype)
         return out
 
+    def span(self, start: int, stop: int, width: int, device, dtype=None) -> torch.Tensor:
+        """What :meth:`rows` gives for the sorted items ``start:stop``; for
+        sequences a view of the device tokens."""
+        if not self.embedded:
+            return self.sorted_tokens[start:stop, :width]
+        return self.rows(self.order[start:stop], width, device, dtype)
 
-def _pair_scores(queries: _Set, targets: _Set, q_index, t_index, rows, cols, matrix,
-                 similarity, device, dtype) -> torch.Tensor:
-    """``(len(t_index) * len(q_index), rows, cols)`` score matrices of every
-    query of ``q_index`` against every target of ``t_index``, target-major:
-    pair ``b * len(q_index) + a`` is query ``a`` against target ``b``."""
-    if queries.embedded:
-        a = queries.rows(q_index, rows, device, dtype)
-        b = targets.rows(t_index, cols, device, dtype)
+
+def _pair_scores(row_items: torch.Tensor, col_items: torch.Tensor, matrix: Optional[torch.Tensor],
+                 similarity: str) -> torch.Tensor:
+    """``(nc * nr, rows, cols)`` score matrices of every row item (``(nr,
+    rows)`` tokens or ``(nr, rows, D)`` embeddings) against every column item,
+    column-major: pair ``c * nr + r`` is row item ``r`` against column item
+    ``c``. Token pairs score ``matrix[row token, column token]``."""
+    if matrix is None:
+        a, b = row_items, col_items
         if similarity == "cosine":
             a = torch.nn.functional.normalize(a, dim=-1)
             b = torch.nn.functional.normalize(b, dim=-1)
-        return torch.einsum("aid,bjd->baij", a, b).reshape(-1, rows, cols)
-    q = queries.rows(q_index, rows, device).clamp(min=0)  # padding: any token
-    t = targets.rows(t_index, cols, device).clamp(min=0)
-    # columns[b, x, j] = matrix[x, t[b, j]]; picking its rows q[a, i] gives
-    # every (target, query) pair's matrix in place: one gather, no copy.
-    k, nt, nq = matrix.shape[0], len(t_index), len(q_index)
-    columns = torch.index_select(matrix, 1, t.reshape(-1)).view(k, nt, cols)
-    columns = columns.permute(1, 0, 2).contiguous()  # (nt, K, cols)
-    return torch.index_select(columns, 1, q.reshape(-1)).view(nt * nq, rows, cols)
+        return torch.einsum("aid,bjd->baij", a, b).reshape(-1, a.shape[1], b.shape[1])
+    (nr, rows), (nc, cols) = row_items.shape, col_items.shape
+    k = matrix.shape[0]
+    # columns[c, x, j] = matrix[x, col_items[c, j]]; picking its rows
+    # row_items[r, i] gives every pair's matrix in place: one gather, no copy.
+    columns = torch.index_select(matrix, 1, col_items.reshape(-1)).view(k, nc, cols)
+    columns = columns.permute(1, 0, 2).contiguous()  # (nc, K, cols)
+    return torch.index_select(columns, 1, row_items.reshape(-1)).view(nc * nr, rows, cols)
 
 
 # --------------------------------------------------------------------------
@@ -206,57 +244,128 @@ def _pair_scores(queries: _Set, targets: _Set, q_index, t_index, rows, cols, mat
 # --------------------------------------------------------------------------
 
 
-def _buckets(lengths: torch.Tensor) -> List[torch.Tensor]:
-    """Indices sorted by (length, index), cut where the length grows past
-    the bucket's first by more than the ratio (or slack)."""
-    order = sorted(range(len(lengths)), key=lambda i: (int(lengths[i]), i))
-    buckets, current, first = [], [], None
-    for i in order:
-        n = int(lengths[i])
-        if current and n > max(first * _BUCKET_RATIO, first + _BUCKET_SLACK):
-            buckets.append(torch.tensor(current, dtype=torch.int64))
-            current = []
-        if not current:
-            first = n
-        current.append(i)
-    if current:
-        buckets.append(torch.tensor(current, dtype=torch.int64))
-    return buckets
+def _order(lengths: torch.Tensor) -> torch.Tensor:
+    """Indices sorted by (length, index)."""
+    return torch.sort(lengths, stable=True).indices
+
+
+def _grid(longest: int) -> List[int]:
+    """The first length of each length bucket up to `longest`: a fixed grid,
+    the same for queries and targets whatever the data. A bucket starting at
+    `lo` ends at ``lo + max(lo // 10, _BUCKET_SLACK)``: lengths in a bucket
+    are within ~10 % (or _BUCKET_SLACK residues) of each other."""
+    starts, lo = [], 0
+    while lo <= longest:
+        starts.append(lo)
+        lo += max(lo // 10, _BUCKET_SLACK) + 1
+    return starts
+
+
+def _buckets(sorted_lengths: List[int]) -> List[Tuple[int, int, int]]:
+    """``(grid bucket, start, stop)`` spans of the sorted lengths, one per
+    non-empty bucket of the grid."""
+    starts = _grid(sorted_lengths[-1] if sorted_lengths else 0)
+    spans, start = [], 0
+    while start < len(sorted_lengths):
+        g = bisect.bisect_right(starts, sorted_lengths[start]) - 1
+        stop = bisect.bisect_left(sorted_lengths, starts[g + 1], start) \
+            if g + 1 < len(starts) else len(sorted_lengths)
+        spans.append((g, start, stop))
+        start = stop
+    return spans
 
 
 @dataclass
 class _Call:
     """One kernel call: every query of `q_index` against every target of
-    `t_index`, padded to (rows, cols)."""
+    `t_index` (the sorted items `q_span`, `t_span`), padded to the widths.
+    `transposed`: the targets are the rows (the queries the columns)."""
     q_index: torch.Tensor
     t_index: torch.Tensor
-    rows: int
-    cols: int
+    q_span: Tuple[int, int]
+    t_span: Tuple[int, int]
+    q_width: int
+    t_width: int
+    transposed: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.t_width if self.transposed else self.q_width
+
+    @property
+    def cols(self) -> int:
+        return self.q_width if self.transposed else self.t_width
 
     @property
     def cells(self) -> int:
         return len(self.q_index) * len(self.t_index) * self.rows * self.cols
 
 
-def _plan(queries: _Set, targets: _Set, batch_cells: int) -> List[_Call]:
-    """Kernel calls covering the pair grid, in a fixed order."""
+def _plan(queries: _Set, targets: _Set, batch_cells: int,
+          footprint: Optional["_Footprint"] = None, call_bytes: Optional[int] = None,
+          orient: bool = True) -> List[_Call]:
+    """Kernel calls covering the pair grid, in a fixed order: one length
+    bucket of queries against one of targets, cut into calls of at most
+    `batch_cells` padded cells and (with a `footprint`) `call_bytes` bytes.
+
+    Orientation: the kernel cuts a pair's rows into bands of 32, one warp
+    each, that run along the columns; fewer, longer bands waste less (each
+    band's fill and drain, its hand-over to the next). So a block puts the
+    shorter side on the rows: the targets when their bucket is shorter than
+    the queries'. The choice depends only on the two lengths (through the
+    fixed grid), never on the split into calls."""
+    q_order, t_order = _order(queries.lengths), _order(targets.lengths)
+    q_len = queries.lengths[q_order].tolist()
+    t_len = targets.lengths[t_order].tolist()
+    t_buckets = _buckets(t_len)
     calls = []
-    for qb in _buckets(queries.lengths):
-        rows = max(1, int(queries.lengths[qb].max()))
-        for tb in _buckets(targets.lengths):
-            cols = max(1, int(targets.lengths[tb].max()))
-            pairs = batch_cells // (rows * cols)
-            if pairs < 1:
+    for qg, q0, q1 in _buckets(q_len):
+        q_width = max(1, q_len[q1 - 1])
+        for tg, t0, t1 in t_buckets:
+            t_width = max(1, t_len[t1 - 1])
+            transposed = orient and qg > tg
+            rows, cols = (t_width, q_width) if transposed else (q_width, t_width)
+            # The column side whole if it fits, then as many rows as fit.
+            (r0, r1), (c0, c1) = ((t0, t1), (q0, q1)) if transposed else ((q0, q1), (t0, t1))
+            nr, nc = _call_shape(r1 - r0, c1 - c0, rows, cols, batch_cells, footprint,
+                                 call_bytes)
+            if nr < 1:
+                needs = f"{rows * cols} cells"
+                allows = f"{batch_cells} cells"
+                if footprint is not None:
+                    needs += f" ({footprint.call(1, 1, rows, cols)} bytes with its workspace)"
+                    allows += f" and {call_bytes} bytes"
                 raise ValueError(
-                    f"softsw.search: one pair of lengths {rows} x {cols} needs "
-                    f"{rows * cols} cells but batch_cells (or memory_budget) allows "
-                    f"{batch_cells}; raise `memory_budget` or `batch_cells`")
-            nt = min(len(tb), pairs)
-            nq = max(1, pairs // nt)
-            for q0 in range(0, len(qb), nq):
-                for t0 in range(0, len(tb), nt):
-                    calls.append(_Call(qb[q0:q0 + nq], tb[t0:t0 + nt], rows, cols))
+                    f"softsw.search: one pair of lengths {q_width} x {t_width} needs {needs} "
+                    f"but batch_cells and memory_budget allow {allows} per kernel call; "
+                    f"raise `memory_budget` or `batch_cells`")
+            for a in range(r0, r1, nr):
+                for b in range(c0, c1, nc):
+                    row_span, col_span = (a, min(a + nr, r1)), (b, min(b + nc, c1))
+                    q_span, t_span = (col_span, row_span) if transposed else (row_span, col_span)
+                    calls.append(_Call(q_order[q_span[0]:q_span[1]], t_order[t_span[0]:t_span[1]],
+                                       q_span, t_span, q_width, t_width, transposed))
     return calls
+
+
+def _call_shape(n_rows: int, n_cols: int, rows: int, cols: int, batch_cells: int,
+                footprint: Optional["_Footprint"], call_bytes: Optional[int]) -> Tuple[int, int]:
+    """Items per call of a block (row side, column side): the whole column
+    side if it fits, then as many row items as fit; (0, 0) if one pair does
+    not fit."""
+    pairs = batch_cells // (rows * cols)
+    nc = min(n_cols, pairs)
+    if nc < 1:
+        return 0, 0
+    if footprint is None:
+        return max(1, pairs // nc), nc
+    while nc >= 1:
+        per_row = nc * footprint.pair(rows, cols) + rows * footprint.row_residue
+        nr = min(pairs // nc, (call_bytes - nc * cols * footprint.col_residue) // per_row)
+        if nr >= 1:
+            return nr, nc
+        nc //= 2
+    return 0, 0
 
 
 def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
@@ -273,11 +382,59 @@ def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
     return mine
 
 
-def _bytes_per_cell(dtype: torch.dtype) -> int:
-    # The score matrices of a call, twice: with embeddings, the similarity
-    # product writes (t, i, q, j) and the kernel reads a (t, q, i, j) copy.
-    # (Sequences need them once; the budget keeps the same cells per call.)
-    return 2 * torch.tensor([], dtype=dtype).element_size()
+@dataclass(frozen=True)
+class _Footprint:
+    """Device bytes of one kernel call. Per pair: the score matrices
+    (`copies` of them: with embeddings the similarity product and the
+    kernel's copy) and the kernel's workspace, which holds per band of 32
+    rows a hand-over edge (up to 3 values per column, each two words of the
+    accumulate type), a flag and a partial result; plus a pair's lengths,
+    outputs and top-k candidates (_PAIR_EXTRA_BYTES). Per residue of the
+    call's row and column items: what building the score matrices keeps
+    (tokens: their index, and per column residue a column of the (K, ...)
+    table; embeddings: the padded (normalised) vectors)."""
+    element: int
+    accumulate: int
+    copies: int
+    row_residue: int
+    col_residue: int
+
+    def pair(self, rows: int, cols: int) -> int:
+        bands = -(-rows // 32)
+        return (self.copies * self.element * rows * cols
+                + bands * (6 * self.accumulate * cols + 24) + _PAIR_EXTRA_BYTES)
+
+    def call(self, nr: int, nc: int, rows: int, cols: int) -> int:
+        """Bytes of a call of `nr` row items against `nc` column items."""
+        return (nr * nc * self.pair(rows, cols) + nr * rows * self.row_residue
+                + nc * cols * self.col_residue)
+
+
+def _footprint(dtype: torch.dtype, alphabet_size: int, dims: Optional[int] = None,
+               cosine: bool = False) -> _Footprint:
+    """The footprint of sequences over an alphabet of `alphabet_size`
+    letters, or of embeddings of `dims` dimensions."""
+    element = torch.tensor([], dtype=dtype).element_size()
+    accumulate = 8 if dtype == torch.float64 else 4
+    if dims is not None:
+        vector = dims * element * (2 if cosine else 1)
+        return _Footprint(element, accumulate, 2, vector, vector)
+    return _Footprint(element, accumulate, 1, 8, alphabet_size * element + 8)
+
+
+def _resident_bytes(q_set: _Set, t_set: _Set, k: Optional[int], result_dtype) -> int:
+    """Device bytes the search holds besides its kernel calls: the sorted
+    tokens, lengths and indices, and the results (top-k, or the full matrix
+    and its unsorted copy)."""
+    total = 0
+    for s in (q_set, t_set):
+        total += 16 * len(s)
+        if not s.embedded and len(s):
+            total += s.sorted_tokens.numel() * s.sorted_tokens.element_size()
+    size = torch.tensor([], dtype=result_dtype).element_size()
+    if k is None:
+        return total + len(q_set) * len(t_set) * (2 * size + 1)
+    return total + len(q_set) * k * 2 * (size + 8)
 
 
 def _free_memory(device: torch.device) -> int:
@@ -349,13 +506,13 @@ def _comm_device(group, device) -> torch.device:
     return device if dist.get_backend(group) == "nccl" else torch.device("cpu")
 
 
-def _smallest(group, value: int, device) -> int:
-    """The smallest `value` over the ranks (each rank's free memory differs,
-    but every rank must plan the same kernel calls)."""
+def _smallest(group, values: List[int], device) -> List[int]:
+    """The smallest of each value over the ranks (each rank's free memory
+    differs, but every rank must plan the same kernel calls)."""
     import torch.distributed as dist
-    x = torch.tensor([value], dtype=torch.int64, device=_comm_device(group, device))
+    x = torch.tensor(values, dtype=torch.int64, device=_comm_device(group, device))
     dist.all_reduce(x, op=dist.ReduceOp.MIN, group=group)
-    return int(x.item())
+    return x.tolist()
 
 
 def _gather_best(group, world, scores, index, k, device):
@@ -410,14 +567,14 @@ def _trace(cells: List[List[int]], query: str, target: str, score: float) -> Ali
 
 
 def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, gap_open,
-                gap_extend, reduction, device, dtype, batch_cells) -> List[Alignment]:
-    """Alignments of the hits (hit_q[h], hit_t[h]), in hit order."""
+                gap_extend, reduction, device, dtype, batch_cells, budget) -> List[Alignment]:
+    """Alignments of the hits (hit_q[h], hit_t[h]), in hit order, in chunks
+    of at most `batch_cells` cells and `budget` bytes."""
     # The training forward keeps state (1 or 3 planes of the accumulate type)
     # and the backward writes the alignment: more bytes per cell than scoring.
     size = torch.tensor([], dtype=dtype).element_size()
     planes = 1 if gap_extend is None or gap_extend == gap_open else 3
-    per_cell_search = _bytes_per_cell(dtype)
-    cells = max(1, batch_cells * per_cell_search // (3 * size + planes * max(4, size)))
+    cells = max(1, min(batch_cells, budget // (3 * size + planes * max(4, size))))
     out: List[Optional[Alignment]] = [None] * len(hit_q)
     order = sorted(range(len(hit_q)),
                    key=lambda h: (int(queries.lengths[hit_q[h]]), int(targets.lengths[hit_t[h]]), h))
@@ -438,8 +595,8 @@ def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, g
         chunk = order[start:stop]
         q_index = torch.tensor([hit_q[h] for h in chunk])
         t_index = torch.tensor([hit_t[h] for h in chunk])
-        q = queries.rows(q_index, rows, device).clamp(min=0)
-        t = targets.rows(t_index, cols, device).clamp(min=0)
+        q = queries.rows(q_index, rows, device)
+        t = targets.rows(t_index, cols, device)
         s = matrix[q.unsqueeze(2), t.unsqueeze(1)]  # (n, rows, cols), one pair each
         lengths = torch.stack([queries.lengths[q_index], targets.lengths[t_index]], 1)
         with torch.no_grad():
@@ -526,8 +683,10 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
             there is one, else the CPU). Results are returned on the CPU.
         dtype: of the score matrices (default float32; embeddings: theirs).
         memory_budget: bytes (int) or a fraction of the device's free memory
-            (float) that the score matrices of one kernel call may take;
-            default :data:`DEFAULT_MEMORY_FRACTION` of free memory.
+            (float) that the search may take on the device: its sequences and
+            results, and the kernel calls in flight (on CUDA two overlap),
+            each with its score matrices and the kernel's workspace; default
+            :data:`DEFAULT_MEMORY_FRACTION` of free memory.
         batch_cells: at most this many padded cells per kernel call (default:
             what the budget allows, at most 2**30). Results do not depend on it.
         unknown: a letter outside the matrix's alphabet raises, or is scored
@@ -542,6 +701,90 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
     Returns:
         a :class:`SearchResult`.
     """
+    return _run(_prepare(queries, targets, matrix=matrix, similarity=similarity,
+                         gap_open=gap_open, gap_extend=gap_extend, temperature=temperature,
+                         reduction=reduction, top=top, alignments=alignments, device=device,
+                         dtype=dtype, memory_budget=memory_budget, batch_cells=batch_cells,
+                         unknown=unknown, progress=progress, process_group=process_group))
+
+
+@dataclass
+class _Job:
+    """A search, prepared: its sets on the device, its kernel calls, where
+    the results go."""
+    q_set: _Set
+    t_set: _Set
+    matrix: Optional[torch.Tensor]      # (K, K) on the device; None for embeddings
+    similarity: str
+    kernel: Callable
+    device: torch.device
+    dtype: torch.dtype
+    result_dtype: torch.dtype
+    k: Optional[int]                    # hits per query; None: the full matrix
+    calls: List[_Call]                  # this rank's
+    in_flight: int                      # kernel calls the device runs at once
+    call_bytes: int
+    batch_cells: int
+    group: object
+    rank: int
+    world: int
+    progress: Optional[bool]
+    alignments: bool
+    gaps: Tuple[float, Optional[float]]
+    reduction: str
+    matrix_t: Optional[torch.Tensor] = None
+
+    def __post_init__(self):
+        if self.matrix is not None:
+            self.matrix_t = self.matrix.T.contiguous()
+
+    def call_scores(self, call: _Call, recorder=None) -> torch.Tensor:
+        """The call's ``(queries, targets)`` scores, on the current stream."""
+        row_set, col_set = (self.t_set, self.q_set) if call.transposed else \
+            (self.q_set, self.t_set)
+        (r0, r1), (c0, c1) = (call.t_span, call.q_span) if call.transposed else \
+            (call.q_span, call.t_span)
+        with _part(recorder, "scores"):
+            s = _pair_scores(row_set.span(r0, r1, call.rows, self.device, self.dtype),
+                             col_set.span(c0, c1, call.cols, self.device, self.dtype),
+                             self.matrix_t if call.transposed else self.matrix,
+                             self.similarity)
+            nr, nc = r1 - r0, c1 - c0
+            lengths = torch.stack((row_set.sorted_lengths[r0:r1].expand(nc, nr),
+                                   col_set.sorted_lengths[c0:c1, None].expand(nc, nr)), 2)
+            lengths = lengths.reshape(nc * nr, 2)
+        with _part(recorder, "kernel"):
+            score = self.kernel(s, lengths)
+        del s  # its memory goes back before the next call on this stream allocates
+        score = score.to(self.result_dtype).view(nc, nr)
+        return score if call.transposed else score.T
+
+
+def _job(queries, targets, *, orient: bool = True, in_flight: Optional[int] = None,
+         **options) -> _Job:
+    """search()'s prepared job for `options` (search()'s keyword arguments;
+    its defaults for the others), with `orient` and `in_flight` as in
+    :func:`_prepare`: for tests and measurements."""
+    bound = inspect.signature(search).bind(queries, targets, **options)
+    bound.apply_defaults()
+    return _prepare(**bound.arguments, orient=orient, in_flight=in_flight)
+
+
+def _part(recorder, name: str):
+    """The recorder's timer around one part of a call (dev/search_profile.py)."""
+    return recorder.part(name) if recorder is not None else contextlib.nullcontext()
+
+
+def _stream_context(stream):
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temperature,
+             reduction, top, alignments, device, dtype, memory_budget, batch_cells, unknown,
+             progress, process_group, orient: bool = True, in_flight: Optional[int] = None
+             ) -> _Job:
+    """Checks search()'s arguments and plans its kernel calls. `orient` and
+    `in_flight` (default: 2 on CUDA, 1 on the CPU) are for measurements."""
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) \
             if torch.cuda.is_available() else torch.device("cpu")
@@ -580,83 +823,143 @@ def search(queries: Sequence, targets: Sequence, *, matrix="BLOSUM62",
     sub_scores = None if embedded else sub.scores.to(device=device, dtype=dtype)
 
     kernel = _scorer(gap_open, gap_extend, temperature, reduction)
+    if batch_cells is not None and (isinstance(batch_cells, bool) or
+                                    not isinstance(batch_cells, int) or batch_cells < 1):
+        raise ValueError(f"softsw.search: `batch_cells` must be a positive int, "
+                         f"got {batch_cells!r}")
     budget = _budget_bytes(memory_budget, device)
-    cells = min(budget // _bytes_per_cell(dtype), _MAX_CALL_CELLS)
-    if batch_cells is not None:
-        if isinstance(batch_cells, bool) or not isinstance(batch_cells, int) or batch_cells < 1:
-            raise ValueError(f"softsw.search: `batch_cells` must be a positive int, "
-                             f"got {batch_cells!r}")
-        cells = min(cells, batch_cells)
+    if in_flight is None:
+        in_flight = 2 if device.type == "cuda" else 1
+    n_q, n_t = len(q_set), len(t_set)
+    k = None if top is None else min(top, n_t)
+    result_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    if embedded:
+        footprint = _footprint(dtype, 0, dims.pop(), similarity == "cosine")
+    else:
+        footprint = _footprint(dtype, len(sub.alphabet))
+    call_bytes = max(0, budget - _resident_bytes(q_set, t_set, k, result_dtype)) // in_flight
+    cells = _MAX_CALL_CELLS if batch_cells is None else min(_MAX_CALL_CELLS, batch_cells)
 
     group, rank, world = _group(process_group)
-    if world > 1:
-        cells = _smallest(group, cells, device)  # one plan on every rank
-    n_q, n_t = len(q_set), len(t_set)
-    calls = _plan(q_set, t_set, cells) if n_q and n_t else []
+    if world > 1:  # one plan on every rank
+        cells, call_bytes = _smallest(group, [cells, call_bytes], device)
+    calls = _plan(q_set, t_set, cells, footprint, call_bytes, orient) if n_q and n_t else []
     mine = _share(calls, rank, world) if world > 1 else calls
-    result_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    return _Job(q_set, t_set, sub_scores, similarity, kernel, device, dtype, result_dtype, k,
+                mine, in_flight, call_bytes, cells, group, rank, world, progress, alignments,
+                (gap_open, gap_extend), reduction)
 
-    k = None if top is None else min(top, n_t)
+
+def _run(job: _Job, recorder=None) -> SearchResult:
+    """Runs the job's kernel calls and returns what search() returns.
+
+    On CUDA, call i runs on stream i mod `in_flight`: while one call's kernel
+    runs, the next call's score matrices are built and its kernel is queued,
+    so the device never waits for the host nor idles through a kernel's last
+    wave. Nothing here waits for the device (no copy to or from the host,
+    no .item()): the host runs ahead. The top-k merges run in call order (each
+    waits for the previous one); their result does not depend on the order.
+    `recorder` (dev/search_profile.py) times the parts of each call."""
+    q_set, t_set, device, k = job.q_set, job.t_set, job.device, job.k
+    n_q, n_t = len(q_set), len(t_set)
+    # Results in sorted query (and target) order: a call's rows are a slice.
     if k is None:
-        full = torch.zeros(n_q, n_t, dtype=result_dtype, device=device)
+        full = torch.zeros(n_q, n_t, dtype=job.result_dtype, device=device)
         filled = torch.zeros(n_q, n_t, dtype=torch.bool, device=device)
     else:
-        best_s = torch.full((n_q, k), -math.inf, dtype=result_dtype, device=device)
+        best_s = torch.full((n_q, k), -math.inf, dtype=job.result_dtype, device=device)
         best_i = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
 
-    bar = _progress_bar(sum(c.cells for c in mine), progress if rank == 0 else False)
+    main = torch.cuda.current_stream(device) if device.type == "cuda" else None
+    streams = [main]
+    if main is not None:
+        streams += [torch.cuda.Stream(device) for _ in range(job.in_flight - 1)]
+        for stream in streams[1:]:
+            stream.wait_stream(main)  # the sets and results above are ready
+    bar = _progress_bar(sum(c.cells for c in job.calls),
+                        job.progress if job.rank == 0 else False)
+    queued = collections.deque()  # (event, cells) not yet counted by the bar
+    merged = None                 # the last merge's event
     try:
-        for call in mine:
-            s = _pair_scores(q_set, t_set, call.q_index, call.t_index, call.rows, call.cols,
-                             sub_scores, similarity, device, dtype)
-            nq, nt = len(call.q_index), len(call.t_index)
-            lengths = torch.stack([q_set.lengths[call.q_index].repeat(nt),
-                                   t_set.lengths[call.t_index].repeat_interleave(nq)], 1)
-            score = kernel(s, lengths.to(device)).to(result_dtype).view(nt, nq).T
-            del s
-            q_dev, t_dev = call.q_index.to(device), call.t_index.to(device)
-            if k is None:
-                full[q_dev.unsqueeze(1), t_dev.unsqueeze(0)] = score
-                filled[q_dev.unsqueeze(1), t_dev.unsqueeze(0)] = True
-            else:
-                cand_s = torch.cat([best_s[q_dev], score], 1)
-                cand_i = torch.cat([best_i[q_dev], t_dev.expand(nq, nt)], 1)
-                best_s[q_dev], best_i[q_dev] = _best(cand_s, cand_i, k)
+        for i, call in enumerate(job.calls):
+            stream = streams[i % len(streams)]
+            with _stream_context(stream):
+                score = job.call_scores(call, recorder)
+                if merged is not None:
+                    stream.wait_event(merged)
+                (q0, q1), (t0, t1) = call.q_span, call.t_span
+                with _part(recorder, "topk"):
+                    if k is None:
+                        full[q0:q1, t0:t1] = score
+                        filled[q0:q1, t0:t1] = True
+                    else:
+                        hits = t_set.sorted_index[t0:t1].expand(q1 - q0, t1 - t0)
+                        best_s[q0:q1], best_i[q0:q1] = _best(
+                            torch.cat([best_s[q0:q1], score], 1),
+                            torch.cat([best_i[q0:q1], hits], 1), k)
+                if stream is not None:
+                    merged = torch.cuda.Event()
+                    merged.record(stream)
+            del score
             if bar is not None:
-                bar.update(call.cells)
+                if stream is None:
+                    bar.update(call.cells)
+                    continue
+                queued.append((merged, call.cells))
+                while queued and queued[0][0].query():
+                    bar.update(queued.popleft()[1])
+        for stream in streams[1:]:
+            main.wait_stream(stream)
+        if k is None:
+            scores, index = _unsorted_full(job, full, filled), None
+        else:
+            scores, index = _unsorted_best(job, best_s, best_i)
+        if bar is not None:  # the copies to the host above waited for the device
+            bar.update(sum(cells for _, cells in queued))
     finally:
         if bar is not None:
             bar.close()
-
-    if k is None:
-        if world > 1:
-            full = _gather_full(group, full, filled, device)
-        return SearchResult(full.cpu(), None)
-    if world > 1:
-        best_s, best_i = _gather_best(group, world, best_s, best_i, k, device)
-    best_s, best_i = best_s.cpu(), best_i.cpu()
-    found = None
-    if alignments:
-        found = _hit_alignments(q_set, t_set, best_s, best_i, sub_scores, gap_open, gap_extend,
-                                reduction, device, dtype, cells, group, rank, world)
-    return SearchResult(best_s, best_i, found)
+    found = _hit_alignments(job, scores, index) if job.alignments else None
+    return SearchResult(scores, index, found)
 
 
-def _hit_alignments(q_set, t_set, best_s, best_i, sub_scores, gap_open, gap_extend, reduction,
-                    device, dtype, cells, group, rank, world) -> List[List[Alignment]]:
+def _unsorted_full(job: _Job, full, filled) -> torch.Tensor:
+    """The (sorted queries, sorted targets) matrix in the callers' order (item
+    i sits at rank[i] in the sorted order), gathered over the ranks, on the CPU."""
+    q_rank, t_rank = job.q_set.rank.to(job.device), job.t_set.rank.to(job.device)
+    full = full.index_select(0, q_rank).index_select(1, t_rank)
+    if job.world > 1:
+        filled = filled.index_select(0, q_rank).index_select(1, t_rank)
+        full = _gather_full(job.group, full, filled, job.device)
+    return full.cpu()
+
+
+def _unsorted_best(job: _Job, best_s, best_i) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The top-k of the sorted queries in the callers' order, merged over the
+    ranks, on the CPU."""
+    q_rank = job.q_set.rank.to(job.device)
+    best_s, best_i = best_s.index_select(0, q_rank), best_i.index_select(0, q_rank)
+    if job.world > 1:
+        best_s, best_i = _gather_best(job.group, job.world, best_s, best_i, job.k, job.device)
+    return best_s.cpu(), best_i.cpu()
+
+
+def _hit_alignments(job: _Job, best_s, best_i) -> List[List[Alignment]]:
     n_q, k = best_s.shape
     hits = [(q, r) for q in range(n_q) for r in range(k)]
-    mine = hits[rank::world]
-    done = _alignments(q_set, t_set, [q for q, _ in mine], [int(best_i[q, r]) for q, r in mine],
-                       [float(best_s[q, r]) for q, r in mine], sub_scores, gap_open,
-                       gap_extend, reduction, device, dtype, cells)
-    if world > 1:
+    mine = hits[job.rank::job.world]
+    gap_open, gap_extend = job.gaps
+    done = _alignments(job.q_set, job.t_set, [q for q, _ in mine],
+                       [int(best_i[q, r]) for q, r in mine], [float(best_s[q, r]) for q, r in mine],
+                       job.matrix, gap_open, gap_extend, job.reduction, job.device, job.dtype,
+                       job.batch_cells, job.call_bytes * job.in_flight)
+    if job.world > 1:
         import torch.distributed as dist
-        parts = [None] * world
-        dist.all_gather_object(parts, done, group=group)
+        parts = [None] * job.world
+        dist.all_gather_object(parts, done, group=job.group)
         done = [None] * len(hits)
         for r, part in enumerate(parts):
-            done[r::world] = part
+            done[r::job.world] = part
     table = [[None] * k for _ in range(n_q)]
     for (q, r), found in zip(hits, done):
         table[q][r] = found
