@@ -104,10 +104,20 @@ def backward_without_autograd(*args):
 def save_forward_state(ctx, args, hidden, argmax, total):
     """Keep on `ctx` what the backward of ``softsw::forward`` reads. `args` are
     the forward's arguments without ``keep_hidden``. Shared by the registered
-    autograd below, ``ForwardFunction`` and ``api._EagerForward``."""
+    autograd below and ``ForwardFunction``; ``api._EagerForward`` calls
+    keep_forward_state directly."""
     (scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine, temperature,
      lengths, reduction) = args
-    ctx.floats = (gap_open_value, gap_extend_value, affine, temperature, reduction)
+    keep_forward_state(ctx, scores, gap_open, gap_extend, lengths,
+                       (gap_open_value, gap_extend_value, affine, temperature, reduction),
+                       hidden, argmax, total)
+
+
+def keep_forward_state(ctx, scores, gap_open, gap_extend, lengths, floats, hidden, argmax,
+                       total):
+    """save_forward_state with the non-tensor arguments as one tuple `floats`
+    (gap_open_value, gap_extend_value, affine, temperature, reduction)."""
+    ctx.floats = floats
     ctx.save_for_backward(scores, gap_open, gap_extend, lengths, hidden, argmax, total)
 
 

@@ -234,14 +234,18 @@ def align(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 
         double backward is supported.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    differentiable = args[:3]
+    s, open_t, extend_t, open_v, extend_v, affine, temperature, lengths, code = args
+    needs_grad = torch.is_grad_enabled() and (
+        s.requires_grad or (open_t is not None and open_t.requires_grad)
+        or (extend_t is not None and extend_t.requires_grad))
     if torch.compiler.is_compiling():  # the registered autograd, when needed
-        score = torch.ops.softsw.forward(*args, _needs_grad(*differentiable))[0]
-    elif _has_tangent(*differentiable) or (_needs_grad(*differentiable) and
-                                           torch._C._are_functorch_transforms_active()):
+        score = torch.ops.softsw.forward(*args, needs_grad)[0]
+    elif (needs_grad and torch._C._are_functorch_transforms_active()) or \
+            _has_tangent(s, open_t, extend_t):
         score = _ops.ForwardFunction.apply(*args)[0]
-    elif _needs_grad(*differentiable):
-        score = _EagerForward.apply(*args)
+    elif needs_grad:
+        score = _EagerForward.apply(s, open_t, extend_t, lengths,
+                                    (open_v, extend_v, affine, temperature, code))
     else:
         score = _ops.forward_without_autograd(*args, False)[0]
     return score.squeeze(0) if squeeze else score
@@ -257,17 +261,24 @@ class _EagerForward(torch.autograd.Function):
     and an ``autograd.Function`` with ``setup_context`` binds its arguments
     with ``inspect.signature`` on every call: each about 0.1 to 0.2 ms of
     host time per call, measured, more than a small problem's kernels take.
+    The non-tensor arguments travel as one tuple (``floats``, as
+    ``_ops.keep_forward_state`` keeps them): fewer arguments for ``apply``
+    to sort and fewer gradients to return.
     """
 
     @staticmethod
-    def forward(ctx, *args):
-        score, hidden, argmax, total = _ops.forward_without_autograd(*args, True)
-        _ops.save_forward_state(ctx, args, hidden, argmax, total)
+    def forward(ctx, scores, gap_open, gap_extend, lengths, floats):
+        gap_open_value, gap_extend_value, affine, temperature, reduction = floats
+        score, hidden, argmax, total = _ops.forward_without_autograd(
+            scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
+            temperature, lengths, reduction, True)
+        _ops.keep_forward_state(ctx, scores, gap_open, gap_extend, lengths, floats, hidden,
+                                argmax, total)
         return score
 
     @staticmethod
     def backward(ctx, grad_score):
-        return _ops.backward_of_forward(ctx, grad_score) + (None,) * 6
+        return _ops.backward_of_forward(ctx, grad_score) + (None, None)
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,
