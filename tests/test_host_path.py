@@ -86,3 +86,24 @@ def test_create_graph_still_records_the_double_backward(device, gen):
     up = torch.autograd.grad(softsw.align(S + eps * w, -0.5, 0.9).sum(), S)[0]
     down = torch.autograd.grad(softsw.align(S - eps * w, -0.5, 0.9).sum(), S)[0]
     torch.testing.assert_close(hvp, (up - down) / (2 * eps), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bad", [(0, -1), (0, 6), (1, 8)], ids=["negative", "above_M", "above_N"])
+def test_lengths_checked_in_every_vmapped_slice(device, gen, bad):
+    # Out-of-range lengths in one slice of a vmapped batch (the check runs on
+    # the functorch wrapper) raise like an eager call's.
+    S = randn(gen, 3, 2, 5, 7, device=device)
+    L = torch.tensor([[5, 7], [3, 4]], device=device).repeat(3, 1, 1)
+
+    def f(s, lengths):
+        return softsw.align(s, -1.0, 1.0, lengths=lengths)
+
+    ok = torch.func.vmap(f)(S, L)
+    assert torch.equal(ok[1], f(S[1], L[1]))
+    column, value = bad
+    L[1, 1, column] = value
+    with pytest.raises(ValueError, match="lengths"):
+        torch.func.vmap(f)(S, L)
+    with pytest.raises(ValueError, match="lengths"):
+        f(S[1], L[1])

@@ -129,11 +129,23 @@ def _lengths_argument(lengths, scores: torch.Tensor) -> Optional[torch.Tensor]:
     # (fake tensors, torch.compile) or capturing a graph, where the kernels treat
     # an out-of-range pair as invalid (NaN score) rather than read outside it.
     if _eager() and not is_fake(lengths) and lengths.numel() > 0:
-        bounds = torch.tensor([rows, cols], device=lengths.device)
-        if bool(_unwrapped(((lengths < 0) | (lengths > bounds)).any()).any()):
+        if not _lengths_in_range(lengths, rows, cols):
             raise ValueError(f"softsw: `lengths` must satisfy 0 <= m <= M = {rows} and "
                              f"0 <= n <= N = {cols}")
     return lengths
+
+
+def _lengths_in_range(lengths: torch.Tensor, rows: int, cols: int) -> bool:
+    if torch._C._functorch.is_functorch_wrapped_tensor(lengths):
+        # Every vmapped slice counts: compare on the wrapper, read the
+        # innermost tensor (see _unwrapped).
+        bounds = torch.tensor([rows, cols], device=lengths.device)
+        return not bool(_unwrapped(((lengths < 0) | (lengths > bounds)).any()).any())
+    # Two small reductions and one read back (on CUDA, the call's one host sync;
+    # no bounds tensor copied to the device). Not aminmax over dim 0: on CPU
+    # that wakes the intra-op threads, which then compete with the kernel's.
+    low, high_m, high_n = torch.cat((lengths.amin().view(1), lengths.amax(0))).tolist()
+    return low >= 0 and high_m <= rows and high_n <= cols
 
 
 def _unwrapped(tensor: torch.Tensor) -> torch.Tensor:
