@@ -20,8 +20,9 @@ It prints:
   parts over the streams) and idle time (wall minus busy: host gaps, set-up,
   the copy of the results). Variants: ``one-stream`` (every call on one
   stream: the parts' times without overlap; their kernel sum against the
-  batched kernel says how well the kernel runs the search's shapes) and
-  ``no-orient`` (queries always on the rows);
+  batched kernel says how well the kernel runs the search's shapes),
+  ``no-orient`` (queries always on the rows) and ``float32-scores`` (no
+  float16 score matrices);
 * the batched kernel on a uniform L x L batch of the same cell count (as
   the benchmark), and search / batched;
 * ``--gather``: the largest call's score-matrix build against a plain copy
@@ -45,6 +46,10 @@ import softsw
 from softsw import seqsearch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What each variant changes in the search (seqsearch._job's options).
+VARIANTS = {"one-stream": {"in_flight": 1}, "no-orient": {"orient": False},
+            "float32-scores": {"half_scores": False}}
 
 
 def load_bench():
@@ -160,11 +165,13 @@ def plan_report(job) -> str:
             int(cols.sum())
         sizes.append(c.cells)
     small = sum(s < 1 << 24 for s in sizes)
+    scores = job.call_matrix.dtype if job.call_matrix is not None else job.dtype
     return (f"plan: {len(job.calls)} kernel calls ({sum(c.transposed for c in job.calls)} "
             f"transposed), {small} of them under 2^24 cells; largest {max(sizes, default=0)} "
             f"cells\n      padding efficiency {true / max(padded, 1):.4f} ({true / 1e9:.1f} G "
             f"true of {padded / 1e9:.1f} G padded cells); band fill "
-            f"{true / max(banded, 1):.4f} (true cells / 32-row bands x true columns)")
+            f"{true / max(banded, 1):.4f} (true cells / 32-row bands x true columns); "
+            f"{str(scores).replace('torch.', '')} score matrices")
 
 
 def run_report(label, cells, prepared, wall, parts, busy) -> str:
@@ -217,8 +224,8 @@ def main(argv=None):
     p.add_argument("--min-length", type=int, default=50)
     p.add_argument("--max-length", type=int, default=1000)
     p.add_argument("--modes", default="hard,soft", help="hard,soft (default both)")
-    p.add_argument("--variants", default="one-stream,no-orient",
-                   help="comma-separated: one-stream, no-orient; or none")
+    p.add_argument("--variants", default="one-stream,no-orient,float32-scores",
+                   help="comma-separated: one-stream, no-orient, float32-scores; or none")
     p.add_argument("--batch-cells", type=int, default=None)
     p.add_argument("--memory-budget", type=float, default=None,
                    help="bytes (> 1) or a fraction of free memory")
@@ -239,7 +246,7 @@ def main(argv=None):
         budget = int(budget)
     variants = [v for v in args.variants.split(",") if v and v != "none"]
     for v in variants:
-        if v not in ("one-stream", "no-orient"):
+        if v not in VARIANTS:
             p.error(f"unknown variant {v!r}")
 
     bench = load_bench()
@@ -273,9 +280,8 @@ def main(argv=None):
         print(run_report(f"instrumented, {job.in_flight} stream(s)", cells, prepared, wall,
                          parts, busy), flush=True)
         for variant in variants:
-            extra = {"in_flight": 1} if variant == "one-stream" else {"orient": False}
             prepared, wall, parts, busy, _ = instrumented(queries, targets, options, device,
-                                                          **extra)
+                                                          **VARIANTS[variant])
             print(run_report(variant, cells, prepared, wall, parts, busy), flush=True)
             if variant == "one-stream":
                 print(f"      kernel alone: {rate(cells, parts['kernel'])} (true cells)",

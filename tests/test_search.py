@@ -300,6 +300,38 @@ def test_transposed_blocks_score_like_align(device, seed):
                     torch.testing.assert_close(full.scores[q, t], want)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_half_scores_give_float32_scores(device, seed):
+    """float16 score matrices (what CUDA searches build from a matrix of
+    small integers) score every pair as float32 ones do, to the bit, in
+    every mode: the kernel's float32 total, unscaled as the kernel does."""
+    gen = torch.Generator().manual_seed(seed)
+    s = torch.randint(-4, 12, (6, 40, 50), generator=gen).float().to(device)
+    lengths = torch.tensor([[40, 50], [30, 20], [1, 50], [0, 3], [40, 1], [17, 33]],
+                           device=device)
+    for temperature in (0.0, 1.0, 0.3):
+        for reduction in ("max", "soft"):
+            for gap_extend in (-1.0, None):
+                kernel = seqsearch._scorer(-3.0, gap_extend, temperature, reduction)
+                want = kernel(s, lengths)
+                got = kernel(s.half(), lengths)
+                assert got.dtype == torch.float32
+                assert torch.equal(got, want), (temperature, reduction, gap_extend)
+    rnd = random.Random(seed)
+    queries = random_sequences(rnd, 6, 1, 120)
+    targets = random_sequences(rnd, 9, 1, 150)
+    for temperature in (0.0, 1.0):
+        kw = dict(top=4, temperature=temperature, device=device, batch_cells=20_000)
+        half = seqsearch._job(queries, targets, half_scores=True, **kw)
+        assert half.call_matrix.dtype == torch.float16
+        one, other = (seqsearch._run(half),
+                      seqsearch._run(seqsearch._job(queries, targets, half_scores=False, **kw)))
+        assert torch.equal(one.scores, other.scores) and torch.equal(one.indices, other.indices)
+    halves = (softsw.scoring.load_matrix("BLOSUM62").alphabet, torch.full((24, 24), 0.1))
+    assert seqsearch._job(queries, targets, matrix=halves, half_scores=True,
+                          device=device).call_matrix.dtype == torch.float32
+
+
 @CUDA_SKIP
 def test_cuda_streams_give_one_streams_results():
     """Kernel calls on two or three CUDA streams (merges chained by events)

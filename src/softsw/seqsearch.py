@@ -23,7 +23,10 @@ the device block by block, never all at once:
 * **Pipelined.** On CUDA two calls are in flight, on two streams: one call's
   score matrices are built while the other's kernel runs, and a kernel's
   last wave overlaps the next one. Nothing waits for the device between
-  calls (no copy to the host, no sync): the host queues ahead.
+  calls (no copy to the host, no sync): the host queues ahead. With a
+  substitution matrix whose scores float16 holds exactly (BLOSUM, PAM) the
+  score matrices are float16: half the bytes to write and read; the kernel
+  adds in float32, so the scores are the same to the bit.
 * **Streaming top-k.** Each call's scores are merged into a running top-k per
   query (or written into the full ``(Q, T)`` matrix with ``top=None``).
 * **Deterministic.** A pair's score does not depend on the block it was
@@ -84,6 +87,15 @@ _MAX_CALL_CELLS = 1 << 30
 # Device bytes per pair besides its score matrices and the kernel's
 # workspace: its lengths, the kernel's outputs, the top-k candidates.
 _PAIR_EXTRA_BYTES = 128
+
+# On CUDA, float32 searches over a substitution matrix whose scores float16
+# holds exactly (BLOSUM, PAM: small integers) build float16 score matrices:
+# half the bytes to write and for the kernel to read, the same scores to the
+# bit (see _scorer). Below this temperature (but above 0) they stay float32:
+# near 4e-33 the kernel switches to hard mode, whose unscaling _scorer would
+# have to mirror.
+_HALF_SCORES = True
+_HALF_MIN_TEMPERATURE = 1e-20
 
 
 # --------------------------------------------------------------------------
@@ -622,19 +634,31 @@ def _alignments(queries: _Set, targets: _Set, hit_q, hit_t, hit_score, matrix, g
 
 
 def _scorer(gap_open: float, gap_extend: Optional[float], temperature: float, reduction: str):
-    """scores, lengths -> (B,) inference scores: softsw.align's op without
-    its argument checks. The lengths check reads the tensor, a host sync per
-    call that would keep the host from queuing the next call while the
-    device works; the lengths here are right by construction."""
+    """scores, lengths -> (B,) inference scores (float32 for float16 scores):
+    softsw.align's op without its argument checks. The lengths check reads
+    the tensor, a host sync per call that would keep the host from queuing
+    the next call while the device works; the lengths here are right by
+    construction."""
     temperature = api._check_temperature(temperature)
     code = api._check_reduction(reduction)
     affine = gap_extend is not None and gap_extend != gap_open
     extend = gap_extend if affine else gap_open
+    # Caller units per kernel unit, as the kernel rounds it: soft mode runs
+    # on scores scaled by 1 / (T ln 2).
+    unscale = float(torch.tensor(temperature * math.log(2) if temperature > 0 else 1.0,
+                                 dtype=torch.float32))
 
     def run(scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         api._check_device_served(scores)
-        return torch.ops.softsw.forward(scores, None, None, gap_open, extend, affine,
-                                        temperature, lengths, code, False)[0]
+        out = torch.ops.softsw.forward(scores, None, None, gap_open, extend, affine,
+                                       temperature, lengths, code, False)
+        if scores.dtype != torch.float16:
+            return out[0]
+        # The score comes back in float16 too; the pair's total (float32,
+        # kernel units: the largest value and log2 of the soft sum) gives it
+        # as the kernel computes it for float32 scores: (base + log2sum) * unscale.
+        total = out[3]
+        return (total[:, 0] + total[:, 1]) * unscale
     return run
 
 
@@ -715,6 +739,7 @@ class _Job:
     q_set: _Set
     t_set: _Set
     matrix: Optional[torch.Tensor]      # (K, K) on the device; None for embeddings
+    call_matrix: Optional[torch.Tensor]  # the matrix the calls build from (float16 or matrix)
     similarity: str
     kernel: Callable
     device: torch.device
@@ -732,11 +757,11 @@ class _Job:
     alignments: bool
     gaps: Tuple[float, Optional[float]]
     reduction: str
-    matrix_t: Optional[torch.Tensor] = None
+    call_matrix_t: Optional[torch.Tensor] = None
 
     def __post_init__(self):
-        if self.matrix is not None:
-            self.matrix_t = self.matrix.T.contiguous()
+        if self.call_matrix is not None:
+            self.call_matrix_t = self.call_matrix.T.contiguous()
 
     def call_scores(self, call: _Call, recorder=None) -> torch.Tensor:
         """The call's ``(queries, targets)`` scores, on the current stream."""
@@ -747,7 +772,7 @@ class _Job:
         with _part(recorder, "scores"):
             s = _pair_scores(row_set.span(r0, r1, call.rows, self.device, self.dtype),
                              col_set.span(c0, c1, call.cols, self.device, self.dtype),
-                             self.matrix_t if call.transposed else self.matrix,
+                             self.call_matrix_t if call.transposed else self.call_matrix,
                              self.similarity)
             nr, nc = r1 - r0, c1 - c0
             lengths = torch.stack((row_set.sorted_lengths[r0:r1].expand(nc, nr),
@@ -761,13 +786,14 @@ class _Job:
 
 
 def _job(queries, targets, *, orient: bool = True, in_flight: Optional[int] = None,
-         **options) -> _Job:
+         half_scores: Optional[bool] = None, **options) -> _Job:
     """search()'s prepared job for `options` (search()'s keyword arguments;
-    its defaults for the others), with `orient` and `in_flight` as in
-    :func:`_prepare`: for tests and measurements."""
+    its defaults for the others), with `orient`, `in_flight` and
+    `half_scores` as in :func:`_prepare`: for tests and measurements."""
     bound = inspect.signature(search).bind(queries, targets, **options)
     bound.apply_defaults()
-    return _prepare(**bound.arguments, orient=orient, in_flight=in_flight)
+    return _prepare(**bound.arguments, orient=orient, in_flight=in_flight,
+                    half_scores=half_scores)
 
 
 def _part(recorder, name: str):
@@ -781,10 +807,11 @@ def _stream_context(stream):
 
 def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temperature,
              reduction, top, alignments, device, dtype, memory_budget, batch_cells, unknown,
-             progress, process_group, orient: bool = True, in_flight: Optional[int] = None
-             ) -> _Job:
-    """Checks search()'s arguments and plans its kernel calls. `orient` and
-    `in_flight` (default: 2 on CUDA, 1 on the CPU) are for measurements."""
+             progress, process_group, orient: bool = True, in_flight: Optional[int] = None,
+             half_scores: Optional[bool] = None) -> _Job:
+    """Checks search()'s arguments and plans its kernel calls. `orient`,
+    `in_flight` (default: 2 on CUDA, 1 on the CPU) and `half_scores`
+    (default: on CUDA, see _HALF_SCORES) are for tests and measurements."""
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) \
             if torch.cuda.is_available() else torch.device("cpu")
@@ -821,8 +848,15 @@ def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temp
         raise ValueError("softsw.search: `alignments=True` needs hard mode (temperature=0) "
                          "and sequences (it returns aligned strings)")
     sub_scores = None if embedded else sub.scores.to(device=device, dtype=dtype)
-
-    kernel = _scorer(gap_open, gap_extend, temperature, reduction)
+    kernel = _scorer(gap_open, gap_extend, temperature, reduction)  # checks temperature
+    call_matrix = sub_scores
+    if half_scores is None:
+        half_scores = _HALF_SCORES and device.type == "cuda"
+    if half_scores and sub_scores is not None and dtype == torch.float32 and \
+            (temperature == 0 or temperature >= _HALF_MIN_TEMPERATURE):
+        half = sub_scores.to(torch.float16)
+        if torch.equal(half.to(dtype), sub_scores):
+            call_matrix = half
     if batch_cells is not None and (isinstance(batch_cells, bool) or
                                     not isinstance(batch_cells, int) or batch_cells < 1):
         raise ValueError(f"softsw.search: `batch_cells` must be a positive int, "
@@ -836,7 +870,7 @@ def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temp
     if embedded:
         footprint = _footprint(dtype, 0, dims.pop(), similarity == "cosine")
     else:
-        footprint = _footprint(dtype, len(sub.alphabet))
+        footprint = _footprint(call_matrix.dtype, len(sub.alphabet))
     call_bytes = max(0, budget - _resident_bytes(q_set, t_set, k, result_dtype)) // in_flight
     cells = _MAX_CALL_CELLS if batch_cells is None else min(_MAX_CALL_CELLS, batch_cells)
 
@@ -845,9 +879,9 @@ def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temp
         cells, call_bytes = _smallest(group, [cells, call_bytes], device)
     calls = _plan(q_set, t_set, cells, footprint, call_bytes, orient) if n_q and n_t else []
     mine = _share(calls, rank, world) if world > 1 else calls
-    return _Job(q_set, t_set, sub_scores, similarity, kernel, device, dtype, result_dtype, k,
-                mine, in_flight, call_bytes, cells, group, rank, world, progress, alignments,
-                (gap_open, gap_extend), reduction)
+    return _Job(q_set, t_set, sub_scores, call_matrix, similarity, kernel, device, dtype,
+                result_dtype, k, mine, in_flight, call_bytes, cells, group, rank, world,
+                progress, alignments, (gap_open, gap_extend), reduction)
 
 
 def _run(job: _Job, recorder=None) -> SearchResult:
