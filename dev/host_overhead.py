@@ -16,7 +16,9 @@ which the GPU idles. This prints, per call:
 Rows: the raw ops (``torch.ops.softsw.forward`` without and with the saved
 state, ``torch.ops.softsw.backward``), ``softsw.align`` under no_grad, a
 training step (``align`` + ``torch.autograd.grad``, and with ``.backward()``),
-and ``torch.add`` as the floor of one eager op.
+and floors: ``torch.add`` for one eager op, and the same step through a
+native op (``x * 1.0``) or a one-clone Python ``autograd.Function`` in place of
+``align`` (what PyTorch's own autograd costs around any op).
 
     python dev/host_overhead.py [--shape 16x32x32] [--calls 20000] [--device cpu,cuda]
 """
@@ -29,6 +31,18 @@ import time
 import torch
 
 import softsw
+
+
+class _Clone(torch.autograd.Function):
+    """The least a Python autograd.Function costs in a step: one clone."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 def cases(shape, device):
@@ -52,8 +66,16 @@ def cases(shape, device):
         with torch.no_grad():
             return softsw.align(s, -1.0, 1.0)
 
+    def floor_native_step():
+        return torch.autograd.grad((sg * 1.0).sum(), sg)
+
+    def floor_function_step():
+        return torch.autograd.grad(_Clone.apply(sg).sum(), sg)
+
     return [
         ("torch.add (floor)", lambda: torch.add(s, 1.0)),
+        ("step floor: native mul", floor_native_step),
+        ("step floor: Function clone", floor_function_step),
         ("op forward", lambda: fwd(*args, False)),
         ("op forward keep_hidden", lambda: fwd(*args, True)),
         ("op backward", lambda: bwd(ones, *args, hidden, argmax, total)),
