@@ -5,7 +5,8 @@ a call is host work (argument checks, dispatch, allocation, autograd), during
 which the GPU idles. This prints, per call:
 
 * CPU tensors: the mean wall time over many back-to-back calls
-  (time.perf_counter), at 1x1x1 (the host path alone) and at the shape given.
+  (time.perf_counter), at 0x1x1 (no pairs: the host path alone, no kernel
+  work), 1x1x1 and the shape given.
 * CUDA tensors (when a GPU is present): the median CUDA-event time of one call
   on an idle GPU (events around the call, as ``softsw.bench``'s latency rows),
   the median host time of the call alone (returned, not synchronised), the mean
@@ -165,12 +166,15 @@ def main():
           f"{torch.get_num_threads()} CPU threads")
     for device in devices:
         if device == "cpu":
+            empty = dict(cases((0, 1, 1), device))
             small = dict(cases((1, 1, 1), device))
             big = dict(cases(shape, device))
-            print(f"\nCPU, us per call (best of 3 runs, {a.calls} calls in all)")
-            print(f"{'':28s} {'1x1x1':>9s} {a.shape:>9s}")
+            print(f"\nCPU, us per call (best of 3 runs, {a.calls} calls in all); "
+                  "0x1x1 runs no kernel work: the host path alone")
+            print(f"{'':28s} {'0x1x1':>9s} {'1x1x1':>9s} {a.shape:>9s}")
             for name in small:
-                print(f"{name:28s} {time_cpu(small[name], a.calls) * 1e6:9.1f} "
+                print(f"{name:28s} {time_cpu(empty[name], a.calls) * 1e6:9.1f} "
+                      f"{time_cpu(small[name], a.calls) * 1e6:9.1f} "
                       f"{time_cpu(big[name], max(a.calls // 10, 300)) * 1e6:9.1f}", flush=True)
         else:
             print(f"\nCUDA ({torch.cuda.get_device_name()}), {a.shape}, us per call: "

@@ -48,7 +48,7 @@ def _check_scores(scores) -> None:
     if scores.dim() not in (2, 3):
         raise ValueError(
             f"softsw: `scores` must have shape (B, M, N) or (M, N), got {tuple(scores.shape)}")
-    if scores.device.type not in ("cpu", "cuda"):
+    if not (scores.is_cpu or scores.is_cuda):
         raise ValueError(f"softsw: `scores` must be on a CPU or CUDA device, got {scores.device}")
 
 
@@ -163,7 +163,7 @@ def _check_device_served(scores: torch.Tensor) -> None:
     # Once per CUDA device: a clear error when this build has no code for its
     # architecture (instead of a launch failure deep inside the op).
     if scores.is_cuda and not torch.compiler.is_compiling():
-        index = scores.device.index if scores.device.index is not None else 0
+        index = scores.get_device()
         if index not in _SERVED_DEVICES:
             from .info import check_device
             check_device(scores.device)
