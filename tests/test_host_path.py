@@ -107,3 +107,18 @@ def test_lengths_checked_in_every_vmapped_slice(device, gen, bad):
         torch.func.vmap(f)(S, L)
     with pytest.raises(ValueError, match="lengths"):
         f(S[1], L[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_alignment_without_grad_equals_with_grad(device, gen):
+    # Under no_grad alignment skips the registered autograd; the same kernels run.
+    S = randn(gen, 3, 6, 8, device=device)
+    with OpLog() as log, torch.no_grad():
+        score, expected = softsw.alignment(S, -0.6, 0.9, reduction="soft")
+    assert log.calls == ["forward", "backward"]
+    assert not (score.requires_grad or expected.requires_grad)
+    Sg = S.clone().requires_grad_(True)
+    score_g, expected_g = softsw.alignment(Sg, -0.6, 0.9, reduction="soft")
+    assert expected_g.requires_grad
+    assert torch.equal(score, score_g.detach())
+    assert torch.equal(expected, expected_g.detach())

@@ -311,11 +311,15 @@ def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: floa
     on the soft alignment itself can be trained.
     """
     args, squeeze = _prepare(scores, gap_open, temperature, gap_extend, lengths, reduction)
-    if not torch.compiler.is_compiling() and _transformed(*args[:3]):
+    compiling = torch.compiler.is_compiling()
+    if not compiling and _transformed(*args[:3]):
         forward, backward = _ops.ForwardFunction.apply, _ops.BackwardFunction.apply
         score, hidden, argmax, total = forward(*args)
-    else:  # the registered autograd
-        forward, backward = torch.ops.softsw.forward, torch.ops.softsw.backward
+    else:
+        if compiling or _needs_grad(*args[:3]):  # the registered autograd
+            forward, backward = torch.ops.softsw.forward, torch.ops.softsw.backward
+        else:  # nothing to differentiate
+            forward, backward = _ops.forward_without_autograd, _ops.backward_without_autograd
         score, hidden, argmax, total = forward(*args, True)
     ones = torch.ones_like(score)
     expected = backward(ones, *args, hidden, argmax, total)[0]
