@@ -13,6 +13,8 @@ which the GPU idles. This prints, per call:
   back-to-back time per call, and from torch.profiler the GPU time of the
   call's kernels and memsets and, per call, each kernel launched and the count
   of CUDA runtime calls (launches, memsets, allocations, synchronisations).
+  The no-grad forward and the training step also replayed from a CUDA graph:
+  the GPU's own time for the call, with no host path.
 
 Rows: the raw ops (``torch.ops.softsw.forward`` without and with the saved
 state, ``torch.ops.softsw.backward``), ``softsw.align`` under no_grad, a
@@ -153,6 +155,21 @@ def profile_cuda(fn, reps=20):
     return gpu / reps, per, {k: v / reps for k, v in runtime.items()}
 
 
+def captured(fn):
+    """fn captured in a CUDA graph (after a warm-up on a side stream, as torch's
+    documentation does it); returns the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", default="16x32x32", help="BxMxN (default 16x32x32)")
@@ -188,6 +205,17 @@ def main():
                 print(f"{name:28s} {ev * 1e6:8.1f} {host * 1e6:8.1f} {b2b * 1e6:8.1f} "
                       f"{gpu * 1e6:8.1f}", flush=True)
                 details.append((name, kernels, runtime))
+            # The same work replayed from a CUDA graph: no host path, what the
+            # kernels and memsets take back to back on the GPU.
+            graphed = [(n, fn) for n, fn in cases(shape, device)
+                       if n in ("align no_grad", "step align+autograd.grad")]
+            for name, fn in graphed:
+                try:
+                    ev, host, b2b = time_cuda(captured(fn), a.calls)
+                    print(f"{'graph replay: ' + name:28s} {ev * 1e6:8.1f} {host * 1e6:8.1f} "
+                          f"{b2b * 1e6:8.1f}", flush=True)
+                except Exception as exc:  # noqa: BLE001  (a report line, not a crash)
+                    print(f"graph replay: {name}: failed: {type(exc).__name__}: {exc}")
             print("\nper call: GPU work (kernels, memsets) and CUDA runtime calls")
             for name, kernels, runtime in details:
                 print(f"{name}:")
