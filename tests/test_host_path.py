@@ -122,3 +122,30 @@ def test_alignment_without_grad_equals_with_grad(device, gen):
     assert expected_g.requires_grad
     assert torch.equal(score, score_g.detach())
     assert torch.equal(expected, expected_g.detach())
+
+
+class FunctionLog(torch.overrides.TorchFunctionMode):
+    """Records the softsw ops seen at the __torch_function__ level."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if str(func).startswith("softsw."):
+            self.calls.append(str(func).split(".")[1])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_function_modes_see_the_eager_forward(device, gen):
+    # (The backward runs inside the autograd engine, where function modes do
+    # not reach: only the forward is seen, with or without the fast path.)
+    S = randn(gen, 2, 4, 5, device=device)
+    with FunctionLog() as log, torch.no_grad():
+        softsw.align(S, -1.0, 1.0)
+    assert log.calls == ["forward"]
+    Sg = S.clone().requires_grad_(True)
+    with FunctionLog() as log:
+        torch.autograd.grad(softsw.align(Sg, -1.0, 1.0).sum(), Sg)
+    assert log.calls == ["forward"]

@@ -91,14 +91,27 @@ def _double_backward_fake(grad_grad_scores, grad_grad_gap_open, grad_grad_gap_ex
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
+def _callable(overload):
+    # The overload's C++ entry point (it handles __torch_function__ itself):
+    # OpOverload.__call__ only adds a Python frame, unless a Python dispatcher
+    # is attached to the op.
+    if getattr(overload, "_pyobj_dispatcher", None) is None:
+        return getattr(overload, "_op", overload)
+    return overload
+
+
+_forward_op = _callable(torch.ops.softsw.forward.default)
+_backward_op = _callable(torch.ops.softsw.backward.default)
+
+
 def forward_without_autograd(*args):
     with _below_autograd():
-        return torch.ops.softsw.forward.default(*args)
+        return _forward_op(*args)
 
 
 def backward_without_autograd(*args):
     with _below_autograd():
-        return torch.ops.softsw.backward.default(*args)
+        return _backward_op(*args)
 
 
 def save_forward_state(ctx, args, hidden, argmax, total):
