@@ -265,6 +265,9 @@ def test_plan_covers_each_pair_once_in_its_orientation(seed):
                 seen.append((q, t))
     assert sorted(seen) == [(q, t) for q in range(37) for t in range(53)]
     assert any(c.transposed for c in calls) and not all(c.transposed for c in calls)
+    first = seqsearch._largest_first(calls, 2)  # each stream's first call: its largest
+    assert sorted(map(id, first)) == sorted(map(id, calls))
+    assert [c.cells for c in first[:2]] == sorted((c.cells for c in calls), reverse=True)[:2]
     with pytest.raises(ValueError, match="raise `memory_budget` or `batch_cells`"):
         seqsearch._plan(queries, targets, 200_000, footprint, 500_000)
 

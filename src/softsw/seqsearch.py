@@ -380,6 +380,15 @@ def _call_shape(n_rows: int, n_cols: int, rows: int, cols: int, batch_cells: int
     return 0, 0
 
 
+def _largest_first(calls: List[_Call], count: int) -> List[_Call]:
+    """The `count` largest calls first, then the others in order: the first
+    call of each stream allocates its largest buffers, which the caching
+    allocator then splits for the smaller calls (growing calls would each
+    ask the driver for more memory)."""
+    largest = sorted(range(len(calls)), key=lambda k: (-calls[k].cells, k))[:count]
+    return [calls[k] for k in largest] + [c for k, c in enumerate(calls) if k not in largest]
+
+
 def _share(calls: List[_Call], rank: int, world: int) -> List[_Call]:
     """This rank's calls: each call goes to the rank with the fewest cells so
     far (largest calls first, ties to the lower rank): balanced, and the same
@@ -436,8 +445,8 @@ def _footprint(dtype: torch.dtype, alphabet_size: int, dims: Optional[int] = Non
 
 def _resident_bytes(q_set: _Set, t_set: _Set, k: Optional[int], result_dtype) -> int:
     """Device bytes the search holds besides its kernel calls: the sorted
-    tokens, lengths and indices, and the results (top-k, or the full matrix
-    and its unsorted copy)."""
+    tokens, lengths and indices, and the results (top-k and its merges, or
+    the full matrix and its unsorted copy)."""
     total = 0
     for s in (q_set, t_set):
         total += 16 * len(s)
@@ -446,7 +455,9 @@ def _resident_bytes(q_set: _Set, t_set: _Set, k: Optional[int], result_dtype) ->
     size = torch.tensor([], dtype=result_dtype).element_size()
     if k is None:
         return total + len(q_set) * len(t_set) * (2 * size + 1)
-    return total + len(q_set) * k * 2 * (size + 8)
+    # The top-k, and in each call in flight its queries' k candidates (scores,
+    # indices, sort keys and orders).
+    return total + len(q_set) * k * (2 * (size + 8) + 2 * 48)
 
 
 def _free_memory(device: torch.device) -> int:
@@ -878,7 +889,7 @@ def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temp
     if world > 1:  # one plan on every rank
         cells, call_bytes = _smallest(group, [cells, call_bytes], device)
     calls = _plan(q_set, t_set, cells, footprint, call_bytes, orient) if n_q and n_t else []
-    mine = _share(calls, rank, world) if world > 1 else calls
+    mine = _largest_first(_share(calls, rank, world) if world > 1 else calls, in_flight)
     return _Job(q_set, t_set, sub_scores, call_matrix, similarity, kernel, device, dtype,
                 result_dtype, k, mine, in_flight, call_bytes, cells, group, rank, world,
                 progress, alignments, (gap_open, gap_extend), reduction)
