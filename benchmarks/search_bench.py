@@ -45,7 +45,7 @@ def sync(device: torch.device):
         torch.cuda.synchronize(device)
 
 
-def time_search(queries, targets, device, temperature, gap_extend, budget):
+def time_search(queries, targets, device, temperature, gap_extend, budget, batch_cells=None):
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -55,7 +55,7 @@ def time_search(queries, targets, device, temperature, gap_extend, budget):
     start = time.perf_counter()
     result = softsw.search(queries, targets, gap_open=-11.0, gap_extend=gap_extend,
                            temperature=temperature, top=10, device=device,
-                           memory_budget=budget, progress=False)
+                           memory_budget=budget, batch_cells=batch_cells, progress=False)
     sync(device)
     seconds = time.perf_counter() - start
     memory = {}
@@ -111,6 +111,8 @@ def main(argv=None):
     p.add_argument("--max-length", type=int, default=1000)
     p.add_argument("--modes", default="hard,soft", help="hard,soft (default both)")
     p.add_argument("--gap-extend", default="-1", help="-1 (affine, default) or 'linear'")
+    p.add_argument("--batch-cells", type=int, default=None,
+                   help="at most this many padded cells per kernel call; default: the search's")
     p.add_argument("--memory-budget", type=float, default=None,
                    help="bytes (> 1) or a fraction of free memory; default: the search's")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch, parasail)")
@@ -142,7 +144,7 @@ def main(argv=None):
     for mode in args.modes.split(","):
         temperature = {"hard": 0.0, "soft": 1.0}[mode]
         result, seconds, memory = time_search(queries, targets, device, temperature,
-                                              gap_extend, budget)
+                                              gap_extend, budget, args.batch_cells)
         rate = cells / seconds
         line = f"{mode:4s} search: {seconds:8.2f} s  {rate / 1e9:8.3f} G cells/s"
         entry = {"search_s": seconds, "search_cells_per_s": rate, **memory}

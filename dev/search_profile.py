@@ -26,7 +26,8 @@ It prints:
 * the batched kernel on a uniform L x L batch of the same cell count (as
   the benchmark), and search / batched;
 * ``--gather``: the largest call's score-matrix build against a plain copy
-  and a fill of the same bytes (how close the gather runs to bandwidth);
+  and a fill of the same bytes, into buffers already allocated (how close
+  the gather runs to bandwidth);
 * ``--trace FILE``: a torch.profiler Chrome trace of a smaller search
   (``--trace-n``), to see the kernels and gaps on a timeline.
 """
@@ -190,12 +191,7 @@ def gather_report(job, device, repeats: int = 5) -> str:
     """The largest call's score-matrix build against a copy and a fill of
     the same bytes."""
     call = max(job.calls, key=lambda c: c.cells)
-    row_set, col_set = (job.t_set, job.q_set) if call.transposed else (job.q_set, job.t_set)
-    (r0, r1), (c0, c1) = (call.t_span, call.q_span) if call.transposed else \
-        (call.q_span, call.t_span)
-    rows = row_set.span(r0, r1, call.rows, device, job.dtype)
-    cols = col_set.span(c0, c1, call.cols, device, job.dtype)
-    matrix = job.matrix_t if call.transposed else job.matrix
+    buffer = job.buffer([call])
 
     def timed(fn):
         fn()
@@ -206,13 +202,15 @@ def gather_report(job, device, repeats: int = 5) -> str:
         sync(device)
         return (time.perf_counter() - start) / repeats, out
 
-    build, scores = timed(lambda: seqsearch._pair_scores(rows, cols, matrix, job.similarity))
+    build, (scores, _) = timed(lambda: job.build(call, buffer))
     size = scores.numel() * scores.element_size()
-    copy = timed(scores.clone)[0]
-    fill = timed(lambda: torch.full_like(scores, 1.0))[0]
+    other = torch.empty_like(scores)
+    copy = timed(lambda: other.copy_(scores))[0]
+    fill = timed(lambda: other.fill_(1.0))[0]
     return (f"gather: the largest call ({call.cells / 1e9:.2f} G cells, {call.rows} x "
-            f"{call.cols}, {size / 2**30:.2f} GiB): build {build * 1e3:.1f} ms "
-            f"({size / build / 1e9:.0f} GB/s written); clone {copy * 1e3:.1f} ms "
+            f"{call.cols}, {size / 2**30:.2f} GiB {str(scores.dtype).replace('torch.', '')}): "
+            f"build {build * 1e3:.1f} ms ({size / build / 1e9:.0f} GB/s written); "
+            f"copy {copy * 1e3:.1f} ms "
             f"({2 * size / copy / 1e9:.0f} GB/s read + written); fill {fill * 1e3:.1f} ms "
             f"({size / fill / 1e9:.0f} GB/s)")
 

@@ -231,11 +231,12 @@ class _Set:
 
 
 def _pair_scores(row_items: torch.Tensor, col_items: torch.Tensor, matrix: Optional[torch.Tensor],
-                 similarity: str) -> torch.Tensor:
+                 similarity: str, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``(nc * nr, rows, cols)`` score matrices of every row item (``(nr,
     rows)`` tokens or ``(nr, rows, D)`` embeddings) against every column item,
     column-major: pair ``c * nr + r`` is row item ``r`` against column item
-    ``c``. Token pairs score ``matrix[row token, column token]``."""
+    ``c``. Token pairs score ``matrix[row token, column token]``, written
+    into `out` (a flat buffer of at least that many elements) if given."""
     if matrix is None:
         a, b = row_items, col_items
         if similarity == "cosine":
@@ -244,11 +245,16 @@ def _pair_scores(row_items: torch.Tensor, col_items: torch.Tensor, matrix: Optio
         return torch.einsum("aid,bjd->baij", a, b).reshape(-1, a.shape[1], b.shape[1])
     (nr, rows), (nc, cols) = row_items.shape, col_items.shape
     k = matrix.shape[0]
-    # columns[c, x, j] = matrix[x, col_items[c, j]]; picking its rows
-    # row_items[r, i] gives every pair's matrix in place: one gather, no copy.
-    columns = torch.index_select(matrix, 1, col_items.reshape(-1)).view(k, nc, cols)
-    columns = columns.permute(1, 0, 2).contiguous()  # (nc, K, cols)
-    return torch.index_select(columns, 1, row_items.reshape(-1)).view(nc * nr, rows, cols)
+    # table[c * K + x, j] = matrix[x, col_items[c, j]]: row x of column item
+    # c's profile. Row i of pair (c, r) is table row c * K + row_items[r, i]:
+    # one gather of whole rows (dim 0) gives every pair's matrix in place.
+    table = torch.index_select(matrix, 1, col_items.reshape(-1)).view(k, nc, cols)
+    table = table.transpose(0, 1).reshape(nc * k, cols)
+    offsets = torch.arange(0, nc * k, k, device=row_items.device).view(nc, 1)
+    index = (row_items.reshape(1, nr * rows) + offsets).view(-1)
+    if out is not None:
+        out = out[:nc * nr * rows * cols].view(nc * nr * rows, cols)
+    return torch.index_select(table, 0, index, out=out).view(nc * nr, rows, cols)
 
 
 # --------------------------------------------------------------------------
@@ -382,9 +388,9 @@ def _call_shape(n_rows: int, n_cols: int, rows: int, cols: int, batch_cells: int
 
 def _largest_first(calls: List[_Call], count: int) -> List[_Call]:
     """The `count` largest calls first, then the others in order: the first
-    call of each stream allocates its largest buffers, which the caching
-    allocator then splits for the smaller calls (growing calls would each
-    ask the driver for more memory)."""
+    call of each stream allocates the kernel's largest workspace, which the
+    caching allocator then splits for the smaller calls (growing calls would
+    each ask the driver for more memory)."""
     largest = sorted(range(len(calls)), key=lambda k: (-calls[k].cells, k))[:count]
     return [calls[k] for k in largest] + [c for k, c in enumerate(calls) if k not in largest]
 
@@ -410,19 +416,21 @@ class _Footprint:
     kernel's copy) and the kernel's workspace, which holds per band of 32
     rows a hand-over edge (up to 3 values per column, each two words of the
     accumulate type), a flag and a partial result; plus a pair's lengths,
-    outputs and top-k candidates (_PAIR_EXTRA_BYTES). Per residue of the
-    call's row and column items: what building the score matrices keeps
-    (tokens: their index, and per column residue a column of the (K, ...)
-    table; embeddings: the padded (normalised) vectors)."""
+    outputs and top-k candidates (_PAIR_EXTRA_BYTES), and for tokens the
+    gather's index (a table row per row). Per residue of the call's row and
+    column items: what building the score matrices keeps (tokens: their
+    index, and per column residue a column of the (K, ...) table;
+    embeddings: the padded (normalised) vectors)."""
     element: int
     accumulate: int
     copies: int
     row_residue: int
     col_residue: int
+    row_index: int
 
     def pair(self, rows: int, cols: int) -> int:
         bands = -(-rows // 32)
-        return (self.copies * self.element * rows * cols
+        return (self.copies * self.element * rows * cols + self.row_index * rows
                 + bands * (6 * self.accumulate * cols + 24) + _PAIR_EXTRA_BYTES)
 
     def call(self, nr: int, nc: int, rows: int, cols: int) -> int:
@@ -439,8 +447,8 @@ def _footprint(dtype: torch.dtype, alphabet_size: int, dims: Optional[int] = Non
     accumulate = 8 if dtype == torch.float64 else 4
     if dims is not None:
         vector = dims * element * (2 if cosine else 1)
-        return _Footprint(element, accumulate, 2, vector, vector)
-    return _Footprint(element, accumulate, 1, 8, alphabet_size * element + 8)
+        return _Footprint(element, accumulate, 2, vector, vector, 0)
+    return _Footprint(element, accumulate, 1, 8, alphabet_size * element + 8, 8)
 
 
 def _resident_bytes(q_set: _Set, t_set: _Set, k: Optional[int], result_dtype) -> int:
@@ -774,26 +782,44 @@ class _Job:
         if self.call_matrix is not None:
             self.call_matrix_t = self.call_matrix.T.contiguous()
 
-    def call_scores(self, call: _Call, recorder=None) -> torch.Tensor:
-        """The call's ``(queries, targets)`` scores, on the current stream."""
+    def build(self, call: _Call, out: Optional[torch.Tensor] = None
+              ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The call's score matrices (into `out`, see _pair_scores) and the
+        pairs' lengths: the kernel's inputs, column-major (_pair_scores)."""
         row_set, col_set = (self.t_set, self.q_set) if call.transposed else \
             (self.q_set, self.t_set)
         (r0, r1), (c0, c1) = (call.t_span, call.q_span) if call.transposed else \
             (call.q_span, call.t_span)
+        s = _pair_scores(row_set.span(r0, r1, call.rows, self.device, self.dtype),
+                         col_set.span(c0, c1, call.cols, self.device, self.dtype),
+                         self.call_matrix_t if call.transposed else self.call_matrix,
+                         self.similarity, out)
+        nr, nc = r1 - r0, c1 - c0
+        lengths = torch.stack((row_set.sorted_lengths[r0:r1].expand(nc, nr),
+                               col_set.sorted_lengths[c0:c1, None].expand(nc, nr)), 2)
+        return s, lengths.reshape(nc * nr, 2)
+
+    def buffer(self, calls: List[_Call]) -> Optional[torch.Tensor]:
+        """A flat buffer for the score matrices of the largest of `calls`
+        (None for embeddings), on the current stream. Reused call after call:
+        on the CPU a fresh large tensor is fresh pages from the system, whose
+        first writes fault (they cost more than the gather itself)."""
+        if self.call_matrix is None or not calls:
+            return None
+        return torch.empty(max(c.cells for c in calls), dtype=self.call_matrix.dtype,
+                           device=self.device)
+
+    def call_scores(self, call: _Call, recorder=None,
+                    out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The call's ``(queries, targets)`` scores, on the current stream."""
         with _part(recorder, "scores"):
-            s = _pair_scores(row_set.span(r0, r1, call.rows, self.device, self.dtype),
-                             col_set.span(c0, c1, call.cols, self.device, self.dtype),
-                             self.call_matrix_t if call.transposed else self.call_matrix,
-                             self.similarity)
-            nr, nc = r1 - r0, c1 - c0
-            lengths = torch.stack((row_set.sorted_lengths[r0:r1].expand(nc, nr),
-                                   col_set.sorted_lengths[c0:c1, None].expand(nc, nr)), 2)
-            lengths = lengths.reshape(nc * nr, 2)
+            s, lengths = self.build(call, out)
         with _part(recorder, "kernel"):
             score = self.kernel(s, lengths)
         del s  # its memory goes back before the next call on this stream allocates
-        score = score.to(self.result_dtype).view(nc, nr)
-        return score if call.transposed else score.T
+        if call.transposed:  # rows: targets, columns: queries
+            return score.to(self.result_dtype).view(len(call.q_index), len(call.t_index))
+        return score.to(self.result_dtype).view(len(call.t_index), len(call.q_index)).T
 
 
 def _job(queries, targets, *, orient: bool = True, in_flight: Optional[int] = None,
@@ -925,11 +951,15 @@ def _run(job: _Job, recorder=None) -> SearchResult:
                         job.progress if job.rank == 0 else False)
     queued = collections.deque()  # (event, cells) not yet counted by the bar
     merged = None                 # the last merge's event
+    buffers = []                  # each stream's score-matrix buffer
+    for i, stream in enumerate(streams):
+        with _stream_context(stream):
+            buffers.append(job.buffer(job.calls[i::len(streams)]))
     try:
         for i, call in enumerate(job.calls):
             stream = streams[i % len(streams)]
             with _stream_context(stream):
-                score = job.call_scores(call, recorder)
+                score = job.call_scores(call, recorder, buffers[i % len(streams)])
                 if merged is not None:
                     stream.wait_event(merged)
                 (q0, q1), (t0, t1) = call.q_span, call.t_span
