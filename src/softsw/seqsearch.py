@@ -816,7 +816,6 @@ class _Job:
             s, lengths = self.build(call, out)
         with _part(recorder, "kernel"):
             score = self.kernel(s, lengths)
-        del s  # its memory goes back before the next call on this stream allocates
         if call.transposed:  # rows: targets, columns: queries
             return score.to(self.result_dtype).view(len(call.q_index), len(call.t_index))
         return score.to(self.result_dtype).view(len(call.t_index), len(call.q_index)).T
