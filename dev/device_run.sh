@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   inplace ptests probe pncu ptrain search hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   inplace ptests probe pncu ptrain search searchprof hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -37,6 +37,10 @@ for stage in "$@"; do
       (cd /tmp && timeout ${SEARCH_TIMEOUT:-300} python3 $REPO/benchmarks/search_bench.py --device cuda \
         --json $OUT/search.json ${SEARCH_ARGS:-}) > $OUT/search.txt 2>&1
       say "search: exit $?"; tail -30 $OUT/search.txt | tee -a "$SUMMARY" ;;
+    searchprof)  # where softsw.search's time goes: score build, kernel, top-k, idle; variants
+      (cd /tmp && timeout ${SEARCHPROF_TIMEOUT:-500} python3 $REPO/dev/search_profile.py --device cuda \
+        --gather ${SEARCHPROF_ARGS:-}) > $OUT/searchprof.txt 2>&1
+      say "searchprof: exit $?"; tail -40 $OUT/searchprof.txt | tee -a "$SUMMARY" ;;
     hvpbench)  # HVP step next to the training step, linear and affine
       for kind in "" "--affine"; do
         (cd /tmp && timeout 200 python3 -m softsw.bench --mode hvp --methods softsw --no-latency \
