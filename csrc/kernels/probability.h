@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "recurrence.h"
 
@@ -116,5 +117,74 @@ template <typename A>
 SOFTSW_HD A probability_cell(A start, A w, A diag, A c, A up, A left) {
   return w * diag + (c * (up + left) + start);
 }
+
+// The affine cell's weights in the probability domain, for a backward pass
+// that reads the log-domain nodes C, U, L the forward kept (recurrence.h's
+// AffineCell). With Z = 2^node, every node of a cell relative to its C node:
+//   start = 1 / Z_C,  d = Z_D / Z_C,  u = Z_U / Z_C,  l = Z_L / Z_C
+// (LinearCell::weights of the C node and one exp2), and A = 1 + D + L,
+// B = 1 + D + U are sums of them: a = start + d + l, b = start + d + u. Every
+// weight of the cell is a ratio of these shares, e.g. the A node's weight of
+// D is Z_D / Z_A = d / a, and the U node's weight of its open move is
+// o Z_A[i-1,j] / Z_U[i,j] = o a' / (o a' + e u') with the shares ' of cell
+// (i-1, j) and o = 2^open, e = 2^extend: 4 exp2 per cell instead of the ~20
+// exp2 and log2 of AffineCell's log-domain weights, and each node's weights
+// sum to 1 (the scale error of a rounded C cancels in the ratios).
+//
+// Exact while o and e are normal and not huge: the range rule's gap bound
+// (ProbabilityRange). A share that underflows is negligible next to the
+// others (all are relative to the same Z_C); when every share of the A (or
+// B) node underflows, its weights are 0 instead of 0 / 0: that node then
+// carries ~2^-126 of the cell's mass. The gap weights' denominators do not
+// vanish: a' + u' = c' (about 1), so o a' + e u' >= min(o, e) / 2.
+template <typename A>
+struct AffineShares {
+  A start, d, u, l;
+  SOFTSW_HD A a() const { return start + d + l; }
+  SOFTSW_HD A b() const { return start + d + u; }
+  SOFTSW_HD A c() const { return start + d + u + l; }  // 1 up to rounding
+  // A boundary cell (row 0 or column 0): A = B = C = 1, U = L = D = 0.
+  SOFTSW_HD static AffineShares boundary() { return {A(1), A(0), A(0), A(0)}; }
+};
+
+template <typename A, typename Math = AccMath>
+struct AffineProbabilityWeights {
+  // The shares of a cell with nodes c = C, d = D, u = U, l = L (kernel units).
+  SOFTSW_HD static AffineShares<A> shares(A c, A d, A u, A l) {
+    const Weights<A> w = LinearCell<A, false, Math>::weights(c, d, u, l);
+    return {Math::exp2(-c), w.p1, w.p2, w.p3};
+  }
+  // num / den for 0 <= num <= den; 0 where den is 0 (every term flushed:
+  // float exp2 gives 0 or at least the smallest normal float).
+  SOFTSW_HD static A share_of(A num, A den) {
+    return num / Math::larger(den, A(std::numeric_limits<float>::min()));
+  }
+  // C node: p1 = D, p2 = U, p3 = L.
+  SOFTSW_HD static Weights<A> c(const AffineShares<A>& s) {
+    const A inv = A(1) / s.c();
+    return {s.d * inv, s.u * inv, s.l * inv};
+  }
+  // A node: p1 = D, p2 = L.  B node: p1 = D, p2 = U.
+  SOFTSW_HD static PrimeWeights<A> a(const AffineShares<A>& s) {
+    const A den = s.a();
+    return {share_of(s.d, den), share_of(s.l, den)};
+  }
+  SOFTSW_HD static PrimeWeights<A> b(const AffineShares<A>& s) {
+    const A den = s.b();
+    return {share_of(s.d, den), share_of(s.u, den)};
+  }
+  // U[i,j] from the shares `up` of (i-1, j); L[i,j] from `left`, of (i, j-1).
+  // open = 2^open_score, extend = 2^extend_score at (i, j).
+  SOFTSW_HD static GapWeights<A> u(const AffineShares<A>& up, A open, A extend) {
+    return gap(open * up.a(), extend * up.u);
+  }
+  SOFTSW_HD static GapWeights<A> l(const AffineShares<A>& left, A open, A extend) {
+    return gap(open * left.b(), extend * left.l);
+  }
+  SOFTSW_HD static GapWeights<A> gap(A vo, A ve) {
+    const A inv = A(1) / (vo + ve);
+    return {vo * inv, ve * inv};
+  }
+};
 
 }  // namespace softsw

@@ -1,13 +1,15 @@
 // The entry points of the backward and the double backward (problem.h): per
 // pair, the region and the seeds, then the passes of reverse.h, or of
-// reverse_simd.h for groups of pairs where it applies.
+// reverse_simd.h / reverse_affine_simd.h for groups of pairs where they apply.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "../problem.h"
+#include "forward_probability.h"
 #include "reverse.h"
+#include "reverse_affine_simd.h"
 #include "reverse_simd.h"
 #include "setup.h"
 #include "thread_pool.h"
@@ -16,16 +18,57 @@ namespace softsw {
 namespace cpu {
 namespace {
 
-// The SIMD backward for linear gaps, soft (T > 0), float accumulate; false
-// when it does not apply (then the scalar passes run).
+// One pair on the scalar passes of reverse.h, every gradient entry of the
+// pair written.
 template <typename T>
-bool backward_linear_vector(const Setup<T>& su, const BackwardArgs& args) {
+void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
+  const Problem& p = su.p;
+  T* oS = static_cast<T*>(args.grad_scores) + b * su.MN;
+  T* oO = args.grad_gap_open ? static_cast<T*>(args.grad_gap_open) + b * su.MN : nullptr;
+  T* oE = p.affine && args.grad_gap_extend ? static_cast<T*>(args.grad_gap_extend) + b * su.MN
+                                           : nullptr;
+  int64_t m = 0, n = 0, mr = 0, nr = 0;
+  const A* hid = static_cast<const A*>(args.state.hidden) + b * su.planes * su.MN;
+  if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+    for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+    return;
+  }
+  for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, mr, nr, A(0));
+  if (mr == 0 || nr == 0) return;
+  const PairView<T> pv = su.pair(b);
+  Seed<A> seed;
+  seed.soft = su.soft_reduction;
+  seed.total = PairTotal<A>::load(static_cast<const A*>(args.state.total), b).value();
+  if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
+  const A gs = ld(static_cast<const T*>(args.grad_score), b);
+  if (!p.affine) {
+    if (su.hard)
+      reverse_linear<T, true, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+    else
+      reverse_linear<T, false, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
+  } else {
+    const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+    const AffineTangents<A> none{nullptr, 0, 0};
+    if (su.hard)
+      reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+    else
+      reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+  }
+}
+
+// The SIMD backward, soft (T > 0), float accumulate: linear gaps
+// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
+// inside the range rule of probability.h, the other pairs on the scalar
+// passes. False when it does not apply (then the scalar passes run).
+template <typename T>
+bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
   const Problem& p = su.p;
   if constexpr (!std::is_same_v<Acc<T>, float>) {
     return false;
   } else {
-    if (p.affine || su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+    if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
         simd::isa_level() < 0)
       return false;
     const float* hidden = static_cast<const float*>(args.state.hidden);
@@ -33,51 +76,81 @@ bool backward_linear_vector(const Setup<T>& su, const BackwardArgs& args) {
     const T* grad_score = static_cast<const T*>(args.grad_score);
     T* gS = static_cast<T*>(args.grad_scores);
     T* gO = static_cast<T*>(args.grad_gap_open);
+    T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
+    // Pairs with a non-empty region go to the SIMD groups (affine: when in
+    // range); the others (empty, invalid, out of range) to backward_one.
     std::vector<simd::ReversePair> pairs;
+    std::vector<int64_t> singles;
     double work = 0;
     for (int64_t b = 0; b < p.batch; ++b) {
       int64_t m = 0, n = 0, mr = 0, nr = 0;
-      const float* hid = hidden + b * su.MN;
-      T* oS = gS + b * su.MN;
-      T* oO = gO ? gO + b * su.MN : nullptr;
-      if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
-        for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<float>());
-        continue;
-      }
-      if (mr == 0 || nr == 0) {
-        for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, 0, 0, 0.0f);
+      const float* hid = hidden + b * su.planes * su.MN;
+      if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr) || mr == 0 ||
+          nr == 0) {
+        singles.push_back(b);
         continue;
       }
       simd::ReversePair q{b, mr, nr, PairTotal<float>::load(total, b).value(), 1.0f,
                           ld(grad_score, b)};
       pairs.push_back(q);
-      work += double(mr) * nr;
+      work += double(mr) * nr * su.planes;
     }
-    if (pairs.empty()) return true;
+    if (p.affine && !pairs.empty()) {
+      std::vector<char> in_range(pairs.size(), 0);
+      parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
+        int64_t m = 0, n = 0;
+        su.extents(pairs[k].b, m, n);
+        in_range[k] = in_probability_range(su, pairs[k].b, m, n, true);
+      });
+      std::vector<simd::ReversePair> kept;
+      for (size_t k = 0; k < pairs.size(); ++k) {
+        if (in_range[k]) kept.push_back(pairs[k]);
+        else singles.push_back(pairs[k].b);
+      }
+      pairs.swap(kept);
+    }
     std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
       return std::make_pair(a.nr, a.mr) > std::make_pair(b.nr, b.mr);
     });
     const int64_t P = static_cast<int64_t>(pairs.size());
     const int64_t groups =
-        std::max<int64_t>((P + simd::W - 1) / simd::W, std::min<int64_t>(P, thread_count(P, work)));
+        P == 0 ? 0
+               : std::max<int64_t>((P + simd::W - 1) / simd::W,
+                                   std::min<int64_t>(P, thread_count(P, work)));
     const bool soft = su.soft_reduction;
+    const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
     const simd::ReverseRowFn row =
         soft ? simd::pick_reverse_row<true>() : simd::pick_reverse_row<false>();
-    parallel_for<Scratch<float>>(groups, work, [&](int64_t g, Scratch<float>& sc) {
+    const simd::AffineReverseRowFn affine_row = simd::pick_reverse_affine_row(soft, gap_tensor);
+    const int64_t items = groups + static_cast<int64_t>(singles.size());
+    parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
+      if (g >= groups) {
+        backward_one<T>(su, args, singles[g - groups], sc);
+        return;
+      }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
       if (soft)
         for (int64_t k = lo; k < hi; ++k) {
           simd::ReversePair& q = pairs[k];
-          const float z = simd::sum_exp2(hidden + q.b * su.MN, su.N, q.mr, q.nr, q.total);
+          const float z = simd::sum_exp2(hidden + q.b * su.planes * su.MN, su.N, q.mr, q.nr,
+                                         q.total);
           q.scale = z > 0.0f ? 1.0f / z : 1.0f;
         }
       if (hi - lo > 1) {
-        simd::reverse_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row,
-                                      hidden, gS, gO, sc.lanes);
+        if (p.affine)
+          simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
+                                        affine_row, hidden, gS, gO, gE, sc.lanes);
+        else
+          simd::reverse_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row,
+                                        hidden, gS, gO, sc.lanes);
         return;
       }
       // A lone pair: one busy lane of W is slower than the scalar loop.
       const simd::ReversePair& q = pairs[lo];
+      if (p.affine) {
+        backward_one<T>(su, args, q.b, sc);
+        return;
+      }
       T* oS = gS + q.b * su.MN;
       T* oO = gO ? gO + q.b * su.MN : nullptr;
       for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, q.mr, q.nr, 0.0f);
@@ -99,48 +172,10 @@ bool backward_linear_vector(const Setup<T>& su, const BackwardArgs& args) {
 
 template <typename T>
 void backward_impl(const Problem& p, const BackwardArgs& args) {
-  using A = Acc<T>;
   const Setup<T> su(p);
-  if (backward_linear_vector<T>(su, args)) return;
-  const A* hidden = static_cast<const A*>(args.state.hidden);
-  const A* total = static_cast<const A*>(args.state.total);
-  const T* grad_score = static_cast<const T*>(args.grad_score);
-  T* gS = static_cast<T*>(args.grad_scores);
-  T* gO = static_cast<T*>(args.grad_gap_open);
-  T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
-  parallel_for<Scratch<A>>(
-      p.batch, double(p.batch) * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
-        T* oS = gS + b * su.MN;
-        T* oO = gO ? gO + b * su.MN : nullptr;
-        T* oE = gE ? gE + b * su.MN : nullptr;
-        int64_t m = 0, n = 0, mr = 0, nr = 0;
-        const A* hid = hidden + b * su.planes * su.MN;
-        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
-          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
-          return;
-        }
-        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, mr, nr, A(0));
-        if (mr == 0 || nr == 0) return;
-        const PairView<T> pv = su.pair(b);
-        Seed<A> seed;
-        seed.soft = su.soft_reduction;
-        seed.total = PairTotal<A>::load(total, b).value();
-        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
-        const A gs = ld(grad_score, b);
-        if (!p.affine) {
-          if (su.hard)
-            reverse_linear<T, true, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
-          else
-            reverse_linear<T, false, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
-        } else {
-          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
-          const AffineTangents<A> none{nullptr, 0, 0};
-          if (su.hard)
-            reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
-          else
-            reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
-        }
-      });
+  if (backward_vector<T>(su, args)) return;
+  parallel_for<Scratch<Acc<T>>>(p.batch, double(p.batch) * su.MN * su.planes,
+                                [&](int64_t b, Scratch<Acc<T>>& sc) { backward_one<T>(su, args, b, sc); });
 }
 
 template <typename T>

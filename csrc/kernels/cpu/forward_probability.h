@@ -32,10 +32,31 @@
 
 namespace softsw::cpu {
 
-// Whether pair b (extents m, n) may run in the probability domain: every
-// score and gap in kernel units within ProbabilityRange<float>'s bound.
+// Whether every gap score of pair b (extents m, n) is within the range
+// rule's bound (kernel units); NaN is out of range.
 template <typename T>
-bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
+bool gaps_in_probability_range(const Setup<T>& su, const GapScores& gaps, int64_t b, int64_t m,
+                               int64_t n) {
+  using Range = ProbabilityRange<float>;
+  if (gaps.data == nullptr) return Range::gap_ok(gaps.value * su.beta);
+  const GapView<T> g = su.gap(gaps, b);
+  const float gap_limit = static_cast<float>(Range::kMaxLog2Weight);
+  for (int64_t i = 1; i <= m; ++i) {
+    unsigned out = 0;  // branch-free: the loop vectorises
+    for (int64_t j = 1; j <= n; ++j) out |= !(std::fabs(g.at(i, j)) <= gap_limit);
+    if (out) return false;
+  }
+  return true;
+}
+
+// Whether pair b (extents m, n) may run in the probability domain: every
+// score and gap in kernel units within ProbabilityRange<float>'s bound. The
+// affine forward takes constant gaps only (per-cell gaps run in the log
+// domain); the affine backward (reverse_affine_simd.h) takes both:
+// `affine_gap_tensors`.
+template <typename T>
+bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n,
+                          bool affine_gap_tensors = false) {
   using Range = ProbabilityRange<float>;
   if (su.hard || !std::is_same_v<Acc<T>, float>) return false;
   const Problem& p = su.p;
@@ -48,18 +69,9 @@ bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
     for (int64_t j = 0; j < n; ++j) out |= !(std::fabs(ld(row, j)) <= limit);
     if (out) return false;
   }
-  if (p.affine)  // constant gaps only (per-cell gaps run in the log domain)
-    return p.gap_open.data == nullptr && p.gap_extend.data == nullptr &&
-           Range::gap_ok(p.gap_open.value * su.beta) && Range::gap_ok(p.gap_extend.value * su.beta);
-  if (p.gap_open.data == nullptr) return Range::gap_ok(p.gap_open.value * su.beta);
-  const GapView<T> g = su.gap(p.gap_open, b);
-  const float gap_limit = static_cast<float>(Range::kMaxLog2Weight);
-  for (int64_t i = 1; i <= m; ++i) {
-    unsigned out = 0;
-    for (int64_t j = 1; j <= n; ++j) out |= !(std::fabs(g.at(i, j)) <= gap_limit);
-    if (out) return false;
-  }
-  return true;
+  if (p.affine && !affine_gap_tensors && (p.gap_open.data || p.gap_extend.data)) return false;
+  return gaps_in_probability_range(su, p.gap_open, b, m, n) &&
+         (!p.affine || gaps_in_probability_range(su, p.gap_extend, b, m, n));
 }
 
 }  // namespace softsw::cpu

@@ -224,9 +224,12 @@ AffineWeights<Acc<T>> affine_weights(const PairView<T>& pv, const AffineHidden<T
   using A = Acc<T>;
   using Lin = CpuLinearCell<A, HARD>;
   using Aff = CpuAffineCell<A, HARD>;
+  AffineWeights<A> w{};
+  // A C of -inf: the probability-domain forward flushed a node negligible
+  // next to its row's chunk (forward_probability.h); it carries nothing.
+  if (hv.c(i, j) == -kInf<A>) return w;
   const A o = pv.open.at(i, j), e = pv.ext.at(i, j);
   const A D = cur.D[j], U = hv.u(i, j), L = hv.l(i, j);
-  AffineWeights<A> w;
   w.c = Lin::normalized_weights(hv.c(i, j), D, U, L);
   w.a = Aff::prime_weights(cur.Ap[j], D, L);
   w.b = Aff::prime_weights(cur.Bp[j], D, U);

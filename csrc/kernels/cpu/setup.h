@@ -55,15 +55,19 @@
 //     gaps, or constant affine gaps): the probability domain
 //     (forward_probability.h; a lone long pair on column blocks);
 //   forward, linear gaps, any other pair: the log domain (forward_simd.h);
-//   backward, linear gaps, T > 0: reverse_simd.h.
-// Every other pass (float64, T = 0 backward, the affine backward, the double
-// backward, and the affine forward outside the range rule) is the scalar
-// cell loop of forward.h and reverse.h.
+//   backward, linear gaps, T > 0: reverse_simd.h;
+//   backward, affine gaps, T > 0, a pair inside the range rule (constant or
+//     per-cell gaps): the probability-domain weights (reverse_affine_simd.h).
+// Every other pass (float64, T = 0 backward, the affine backward outside the
+// range rule, the double backward, and the affine forward outside the range
+// rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
+// alone in its group of the backward.
 //
 // Files: element.h (dtypes and conversions), thread_pool.h, cell.h (the cells
 // of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
 // choice, rows to and from the lanes), forward.h / forward_simd.h /
-// forward_probability.h / reverse.h / reverse_simd.h (the passes), and the
+// forward_probability.h / reverse.h / reverse_simd.h /
+// reverse_affine_simd.h (the passes), and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
 // header: the set-up every pass shares.
 #pragma once

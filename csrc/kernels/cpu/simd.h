@@ -193,7 +193,7 @@ inline void prefetch_rows(const T* const* src, int count, int64_t n) {
 // cols) before a pass of `cols` columns that calls step() once per column.
 class RowPrefetcher {
  public:
-  static constexpr int kRows = 3 * W;
+  static constexpr int kRows = 8 * W;
   void add(const void* row) {
     if (row && rows_ < kRows) row_[rows_++] = static_cast<const char*>(row);
   }

@@ -1,0 +1,369 @@
+// The SIMD reverse pass of the affine-gap backward (soft, float accumulate,
+// a pair inside the range rule of probability.h): one SIMD lane per pair,
+// groups of W = 16 pairs, one row of the group at a time from the last row up,
+// as the linear reverse pass (reverse_simd.h).
+//
+// The weights are probability.h's AffineProbabilityWeights: per cell the
+// shares of its nodes relative to its C node (4 exp2 from the C, U, L the
+// forward kept), every weight a ratio of them. A row's pass derives the
+// shares of the row above (the U node's weights read them, and the next row's
+// pass reuses them) while it carries the adjoints of its own row: the messages
+// to C, A and U from the row below, to B and L from the right neighbour (the
+// node order of reverse.h's reverse_affine).
+//
+// A lane only counts the cells of its own region (rows 1..mr, cols 1..nr):
+// outside it a cell gets the shares of a boundary cell (all its weights 0)
+// and no seed, so its adjoints stay 0 and no message leaves it. So does a
+// cell whose C the forward flushed to -inf.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../probability.h"
+#include "reverse_simd.h"
+#include "setup.h"
+#include "simd.h"
+
+#if SOFTSW_CPU_VECTOR
+namespace softsw::cpu::simd {
+
+// The shares of one row (AffineShares, probability.h) and its seeds, lane-
+// interleaved: col j at j * W, col 0 the boundary.
+struct AffineShareRows {
+  float *start, *d, *u, *l, *e0;
+};
+
+// One row i of a group. Row i - 1's nodes and scores are read to derive its
+// shares (`derive`; at i = 1 they are the boundary's); row i's adjoints are
+// carried when `sweep`. Nodes at j * W (col 0: C = 0), scores, gap scores
+// and gradients of a row at (j - 1) * W.
+struct AffineReverseRows {
+  const float* c_up;   // C of row i - 1
+  const float* c_up2;  // C of row i - 2
+  const float* u_up;   // U and L of row i - 1
+  const float* l_up;
+  const float* s_up;   // scores of row i - 1 (kernel units)
+  AffineShareRows here, up;  // row i (read), row i - 1 (written)
+  const float* open;   // per-cell gap scores of row i (kernel units), GAP_TENSOR only
+  const float* extend;
+  const float *in_c, *in_a, *in_u;  // messages into row i from row i + 1
+  float *out_c, *out_a, *out_u;     // ... and out of row i into row i - 1
+  float *grad_s, *grad_o, *grad_e;
+  bool derive, sweep;
+  RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
+};
+
+// Constant gaps: their weights 2^open, 2^extend (kernel units).
+struct AffineGapWeights {
+  float open, extend;
+};
+
+template <int VL>
+SOFTSW_VINLINE AffineShares<Floats<VL>> load_shares(const AffineShareRows& s, int64_t c) {
+  using X = V<VL>;
+  return {X::load(s.start + c), X::load(s.d + c), X::load(s.u + c), X::load(s.l + c)};
+}
+
+template <int VL, bool SOFT, bool GAP_TENSOR>
+SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& r, AffineGapWeights gap,
+                                            int32_t n, int32_t i, const ReverseLanes& ln) {
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  using Fl = Floats<VL>;
+  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
+  constexpr int K = W / VL;
+  const F zero = X::splat(0.0f), one = X::splat(1.0f);
+  const I up_row = X::splati(i - 1);
+  I up_ok[K], up_corner[K], nr[K];
+  F total[K], scale[K], gs[K], right_b[K], right_l[K], pend_c[K];
+  for (int k = 0; k < K; ++k) {
+    const I mr = X::loadi(ln.mr + k * VL);
+    up_ok[k] = up_row <= mr;
+    up_corner[k] = up_row == mr;
+    nr[k] = X::loadi(ln.nr + k * VL);
+    total[k] = X::load(ln.total + k * VL);
+    scale[k] = X::load(ln.scale + k * VL);
+    gs[k] = X::load(ln.grad + k * VL);
+    right_b[k] = right_l[k] = pend_c[k] = zero;
+  }
+  const Fl open_w = gap.open, extend_w = gap.extend;
+  const AffineShares<Fl> border = AffineShares<Fl>::boundary();
+  for (int32_t j = n; j >= 1; --j) {
+    const I jv = X::splati(j);
+    r.prefetch->step();
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      AffineShares<Fl> up = border;
+      if (r.derive) {
+        const F cc = X::load(r.c_up + c);
+        const AffineShares<Fl> sh =
+            P::shares(cc, X::load(r.c_up2 + c1) + X::load(r.s_up + c1), X::load(r.u_up + c),
+                      X::load(r.l_up + c));
+        // A C of -inf: the forward flushed a node negligible next to its
+        // row's chunk (forward_probability.h); it carries nothing.
+        const I active = up_ok[k] & (jv <= nr[k]) & (cc > X::splat(-kInf<float>));
+        up = {X::sel(active, sh.start.v, one), X::sel(active, sh.d.v, zero),
+              X::sel(active, sh.u.v, zero), X::sel(active, sh.l.v, zero)};
+        X::store(r.up.start + c, up.start.v);
+        X::store(r.up.d + c, up.d.v);
+        X::store(r.up.u + c, up.u.v);
+        X::store(r.up.l + c, up.l.v);
+        F e0;
+        if constexpr (SOFT) e0 = X::sel(active, X::exp2(cc - total[k]) * scale[k], zero);
+        else e0 = X::sel(up_corner[k] & (jv == nr[k]), one, zero);
+        X::store(r.up.e0 + c, e0);
+      }
+      if (!r.sweep) continue;
+      const AffineShares<Fl> here = load_shares<VL>(r.here, c);
+      const AffineShares<Fl> left = load_shares<VL>(r.here, c1);
+      Fl o = open_w, e = extend_w;
+      if constexpr (GAP_TENSOR) {
+        o = X::exp2(X::load(r.open + c1));
+        e = X::exp2(X::load(r.extend + c1));
+      }
+      const Weights<Fl> wc = P::c(here);
+      const PrimeWeights<Fl> wa = P::a(here), wb = P::b(here);
+      const GapWeights<Fl> wu = P::u(up, o, e), wl = P::l(left, o, e);
+      const Fl ec = Fl(X::load(r.here.e0 + c)) + X::load(r.in_c + c);
+      const Fl ea = X::load(r.in_a + c), eb = right_b[k];
+      const Fl eu = Fl(X::load(r.in_u + c)) + ec * wc.p2 + eb * wb.p2;
+      const Fl el = Fl(right_l[k]) + ec * wc.p3 + ea * wa.p2;
+      const Fl ed = ec * wc.p1 + ea * wa.p1 + eb * wb.p1;
+      const Fl m_uo = eu * wu.open, m_ue = eu * wu.extend;
+      const Fl m_lo = el * wl.open, m_le = el * wl.extend;
+      X::store(r.grad_s + c1, gs[k] * ed.v);
+      X::store(r.grad_o + c1, gs[k] * (m_uo + m_lo).v);
+      X::store(r.grad_e + c1, gs[k] * (m_ue + m_le).v);
+      // To row i - 1: C[i-1, j] from D[i, j+1] (pending), A and U from U[i, j].
+      X::store(r.out_c + c, pend_c[k]);
+      X::store(r.out_a + c, m_uo.v);
+      X::store(r.out_u + c, m_ue.v);
+      pend_c[k] = ed.v;
+      right_b[k] = m_lo.v;
+      right_l[k] = m_le.v;
+    }
+  }
+  if (r.sweep)
+    for (int k = 0; k < K; ++k) X::store(r.out_c + k * VL, pend_c[k]);
+}
+
+using AffineReverseRowFn = void (*)(const AffineReverseRows&, AffineGapWeights, int32_t, int32_t,
+                                    const ReverseLanes&);
+
+template <bool SOFT, bool GAP_TENSOR>
+void reverse_affine_row_baseline(const AffineReverseRows& r, AffineGapWeights gap, int32_t n,
+                                 int32_t i, const ReverseLanes& ln) {
+  reverse_affine_row_body<4, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+}
+#if defined(__x86_64__)
+template <bool SOFT, bool GAP_TENSOR>
+__attribute__((target("avx2,fma"))) void reverse_affine_row_avx2(const AffineReverseRows& r,
+                                                                 AffineGapWeights gap, int32_t n,
+                                                                 int32_t i,
+                                                                 const ReverseLanes& ln) {
+  reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+}
+template <bool SOFT, bool GAP_TENSOR>
+__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
+reverse_affine_row_avx512(const AffineReverseRows& r, AffineGapWeights gap, int32_t n, int32_t i,
+                          const ReverseLanes& ln) {
+  reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+}
+#endif
+
+template <bool SOFT, bool GAP_TENSOR>
+AffineReverseRowFn pick_reverse_affine_row() {
+#if defined(__x86_64__)
+  switch (isa_level()) {
+    case 2: return &reverse_affine_row_avx512<SOFT, GAP_TENSOR>;
+    case 1: return &reverse_affine_row_avx2<SOFT, GAP_TENSOR>;
+    default: break;
+  }
+#endif
+  return &reverse_affine_row_baseline<SOFT, GAP_TENSOR>;
+}
+
+inline AffineReverseRowFn pick_reverse_affine_row(bool soft, bool gap_tensor) {
+  if (soft)
+    return gap_tensor ? pick_reverse_affine_row<true, true>() : pick_reverse_affine_row<true, false>();
+  return gap_tensor ? pick_reverse_affine_row<false, true>() : pick_reverse_affine_row<false, false>();
+}
+
+// One group of up to W pairs (regions non-empty, inside the range rule),
+// start to finish: writes every entry of the pairs' gradients (zero outside
+// the regions).
+template <typename T>
+void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int count,
+                          AffineReverseRowFn row, const float* hidden, T* grad_s, T* grad_o,
+                          T* grad_e, std::vector<float>& mem) {
+  const Problem& p = su.p;
+  const int64_t N = su.N, MN = su.MN;
+  ReverseLanes ln;
+  const T* S[W] = {};
+  GapView<T> go[W], ge[W];
+  int64_t mg = 0, ng = 0;
+  for (int l = 0; l < W; ++l) {
+    const ReversePair q = l < count ? pairs[l] : ReversePair{0, 0, 0, 0.0f, 1.0f, 0.0f};
+    if (l < count) {
+      S[l] = static_cast<const T*>(p.scores) + q.b * MN;
+      go[l] = su.gap(p.gap_open, q.b);
+      ge[l] = su.gap(p.gap_extend, q.b);
+      for (T* g : {grad_s, grad_o, grad_e})
+        if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
+    }
+    ln.mr[l] = static_cast<int32_t>(q.mr);
+    ln.nr[l] = static_cast<int32_t>(q.nr);
+    ln.total[l] = q.total;
+    ln.scale[l] = q.scale;
+    ln.grad[l] = q.grad;
+    mg = std::max(mg, q.mr);
+    ng = std::max(ng, q.nr);
+  }
+  const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
+  const AffineGapWeights gaps{
+      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
+      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
+  // Lane-interleaved rows: C of two rows, U, L, scores, two sets of shares
+  // (5 each), gap scores (2), messages in and out (3 each), gradients (3).
+  const int64_t stride = (ng + 1) * W;
+  constexpr int kRows = 5 + 2 * 5 + 2 + 6 + 3;
+  mem.assign(static_cast<size_t>(kRows * stride + 16), 0.0f);
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float* next = base;
+  auto take = [&]() {
+    float* a = next;
+    next += stride;
+    return a;
+  };
+  float *c_a = take(), *c_b = take(), *u_up = take(), *l_up = take(), *s_up = take();
+  AffineShareRows here{take(), take(), take(), take(), take()};
+  AffineShareRows up{take(), take(), take(), take(), take()};
+  float *open = take(), *extend = take();
+  float *in_c = take(), *in_a = take(), *in_u = take();
+  float *out_c = take(), *out_a = take(), *out_u = take();
+  float *os = take(), *oo = take(), *oe = take();
+  for (const AffineShareRows& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+  int64_t lane_nr[W];
+  for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
+  const float* hid[W] = {};
+  for (int l = 0; l < count; ++l) hid[l] = hidden + pairs[l].b * su.planes * MN;
+  // Plane `plane` of row r (1-based; 0: the boundary C = 0) into `dst`, cols
+  // 1..nr of each lane whose region has row r.
+  auto gather = [&](int plane, int64_t r, float* dst) {
+    if (r == 0) {
+      std::fill(dst + W, dst + stride, 0.0f);
+      return;
+    }
+    const float* src[W] = {};
+    for (int l = 0; l < count; ++l)
+      if (r <= pairs[l].mr) src[l] = hid[l] + plane * MN + (r - 1) * N;
+    interleave_rows(dst + W, src, lane_nr, count, 1.0f);
+  };
+  auto gather_scores = [&](int64_t r) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float* src[W] = {};
+      for (int l = 0; l < count; ++l) src[l] = r <= pairs[l].mr ? S[l] + (r - 1) * N : nullptr;
+      interleave_rows(s_up, src, lane_nr, count, su.beta);
+    } else {
+      for (int l = 0; l < count; ++l) {
+        if (r > pairs[l].mr) continue;
+        const T* src = S[l] + (r - 1) * N;
+        for (int64_t j = 0; j < lane_nr[l]; ++j) s_up[j * W + l] = ld(src, j) * su.beta;
+      }
+    }
+  };
+  // Row r - 1's inputs to derive its shares; C of row r - 1 is already in
+  // `c_up` (the previous row's C of the row above), C of row r - 2 goes to
+  // the other C buffer.
+  float *c_up = c_a, *c_up2 = c_b;
+  auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
+    AffineReverseRows rows{};
+    rows.prefetch = next;
+    rows.derive = r >= 2;
+    rows.sweep = sweep;
+    if (rows.derive) {
+      gather(0, r - 2, c_up2);
+      gather(1, r - 1, u_up);
+      gather(2, r - 1, l_up);
+      gather_scores(r - 1);
+    }
+    rows.c_up = c_up;
+    rows.c_up2 = c_up2;
+    rows.u_up = u_up;
+    rows.l_up = l_up;
+    rows.s_up = s_up;
+    rows.here = here;
+    rows.up = up;
+    rows.open = open;
+    rows.extend = extend;
+    rows.in_c = in_c;
+    rows.in_a = in_a;
+    rows.in_u = in_u;
+    rows.out_c = out_c;
+    rows.out_a = out_a;
+    rows.out_u = out_u;
+    rows.grad_s = os;
+    rows.grad_o = oo;
+    rows.grad_e = oe;
+    return rows;
+  };
+  // The shares of row mg first, then each row's pass from the last up.
+  gather(0, mg, c_up);
+  RowPrefetcher none;
+  row(rows_for(mg + 1, false, &none), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(mg + 1), ln);
+  for (int64_t i = mg; i >= 1; --i) {
+    std::swap(here, up);
+    std::swap(c_up, c_up2);
+    if (gap_tensor)
+      for (int l = 0; l < count; ++l) {
+        if (i > pairs[l].mr) continue;
+        for (int64_t j = 0; j < lane_nr[l]; ++j) {
+          open[j * W + l] = go[l].at(i, j + 1);
+          extend[j * W + l] = ge[l].at(i, j + 1);
+        }
+      }
+    // What the next row's pass reads (row i - 2's nodes and scores) and
+    // writes (row i - 1's gradients), spread over this row's columns.
+    RowPrefetcher next;
+    for (int l = 0; l < count && i >= 2; ++l) {
+      const int64_t mr = pairs[l].mr;
+      if (i - 2 >= 1 && i - 2 <= mr) {
+        if (i >= 4) next.add(hid[l] + (i - 4) * N);
+        next.add(hid[l] + MN + (i - 3) * N);
+        next.add(hid[l] + 2 * MN + (i - 3) * N);
+        next.add(S[l] + (i - 3) * N);
+      }
+      if (std::is_same_v<T, float> && i - 1 <= mr)
+        for (T* g : {grad_s, grad_o, grad_e})
+          if (g) next.add(g + pairs[l].b * MN + (i - 2) * N);
+    }
+    next.pace(ng, ng);
+    row(rows_for(i, true, &next), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    const std::pair<T*, const float*> outs[] = {{grad_s, os}, {grad_o, oo}, {grad_e, oe}};
+    for (const auto& [g, src] : outs) {
+      if (!g) continue;
+      T* dst[W] = {};
+      for (int l = 0; l < count; ++l)
+        if (i <= pairs[l].mr) dst[l] = g + pairs[l].b * MN + (i - 1) * N;
+      if constexpr (std::is_same_v<T, float>) {
+        deinterleave_rows(dst, src, lane_nr, count);
+      } else {
+        for (int l = 0; l < count; ++l)
+          if (dst[l])
+            for (int64_t j = 0; j < lane_nr[l]; ++j) st(dst[l], j, src[j * W + l]);
+      }
+    }
+    std::swap(in_c, out_c);
+    std::swap(in_a, out_a);
+    std::swap(in_u, out_u);
+  }
+}
+
+}  // namespace softsw::cpu::simd
+#endif  // SOFTSW_CPU_VECTOR
