@@ -10,6 +10,7 @@
 #include "forward.h"
 #include "forward_probability.h"
 #include "forward_simd.h"
+#include "memory.h"
 #include "setup.h"
 #include "thread_pool.h"
 
@@ -82,6 +83,8 @@ template <typename T>
 void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
   const Setup<T> su(p);
+  if (out.hidden)
+    advise_huge_pages(out.hidden, static_cast<size_t>(p.batch * su.planes * su.MN) * sizeof(A));
   constexpr bool kFloat = std::is_same_v<A, float>;
   const bool vector = SOFTSW_CPU_VECTOR && kFloat && su.M < (int64_t(1) << 30) &&
                       su.N < (int64_t(1) << 30) && simd::isa_level() >= 0;

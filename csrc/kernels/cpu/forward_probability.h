@@ -114,8 +114,7 @@ struct ProbabilityRows {
   const float* u_up;
   float* a;
   float* u;
-  // Linear gaps: the next row's inputs and outputs, one step per column
-  // (nullptr: none).
+  // The next row's inputs and outputs, one step per column (nullptr: none).
   RowPrefetcher* prefetch = nullptr;
 };
 
@@ -293,6 +292,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
   }
   for (int32_t j0 = 1, q = 0; j0 <= n; j0 += C, ++q) {
     const int32_t j1 = std::min(j0 + C - 1, n);
+    if (r.prefetch) r.prefetch->steps(j1 - j0 + 1);
     for (int k = 0; k < K; ++k) {
       const int64_t lane = k * VL;
       const I eu = X::loadi(r.e_up + q * W + lane);
@@ -509,14 +509,15 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   std::fill(sb, sb + ng * W, -kInf<float>);
   if (gap_tensor) std::fill(gb, gb + ng * W, -kInf<float>);
   for (int64_t i = 1; i <= mg; ++i) {
-    // The next row's scores (and, linear gaps, its H), spread over this row
-    // for float scores and linear gaps, else in one burst.
+    // The next row's scores (and its H, or C, U, L), spread over this row
+    // for float scores, else in one burst.
     RowPrefetcher next;
-    if (std::is_same_v<T, float> && !p.affine) {
+    if (std::is_same_v<T, float>) {
       for (int l = 0; l < count; ++l) {
         if (i >= ln.m[l]) continue;
         next.add(S[l] + i * N);
-        if (hidden) next.add(hid[l] + i * N);
+        if (hidden)
+          for (int64_t k = 0; k < su.planes; ++k) next.add(hid[l] + k * su.MN + i * N);
       }
       next.pace(ng, ng);
     } else {
