@@ -250,9 +250,7 @@ def test_plan_covers_each_pair_once_in_its_orientation(seed):
     seen = []
     for c in calls:
         assert c.cells <= 200_000
-        n_rows, n_cols = (len(c.t_index), len(c.q_index)) if c.transposed else \
-            (len(c.q_index), len(c.t_index))
-        assert footprint.call(n_rows, n_cols, c.rows, c.cols) <= 1_600_000
+        assert footprint.call(*c.items, c.rows, c.cols) <= 1_600_000
         for index, lengths, width, (start, stop) in ((c.q_index, q_len, c.q_width, c.q_span),
                                                      (c.t_index, t_len, c.t_width, c.t_span)):
             assert index.tolist() == seqsearch._order(torch.tensor(lengths))[start:stop].tolist()
@@ -289,6 +287,8 @@ def test_transposed_blocks_score_like_align(device, seed):
     assert not torch.equal(matrix[1], matrix[1].T)
     job = seqsearch._job(queries, targets, device=device, batch_cells=150_000)
     assert any(c.transposed for c in job.calls) and not all(c.transposed for c in job.calls)
+    # The CPU gathers into one buffer, call after call; CUDA allocates per call.
+    assert (job.buffer(job.calls) is not None) == (device == "cpu")
     for temperature in (0.0, 1.0):
         full = softsw.search(queries, targets, matrix=matrix, top=None, gap_open=-5.0,
                              gap_extend=-1.0, temperature=temperature, device=device,

@@ -318,6 +318,12 @@ class _Call:
     def cells(self) -> int:
         return len(self.q_index) * len(self.t_index) * self.rows * self.cols
 
+    @property
+    def items(self) -> Tuple[int, int]:
+        """(row items, column items)."""
+        q, t = len(self.q_index), len(self.t_index)
+        return (t, q) if self.transposed else (q, t)
+
 
 def _plan(queries: _Set, targets: _Set, batch_cells: int,
           footprint: Optional["_Footprint"] = None, call_bytes: Optional[int] = None,
@@ -388,9 +394,9 @@ def _call_shape(n_rows: int, n_cols: int, rows: int, cols: int, batch_cells: int
 
 def _largest_first(calls: List[_Call], count: int) -> List[_Call]:
     """The `count` largest calls first, then the others in order: the first
-    call of each stream allocates the kernel's largest workspace, which the
-    caching allocator then splits for the smaller calls (growing calls would
-    each ask the driver for more memory)."""
+    call of each stream allocates the largest score matrices and kernel
+    workspace, which CUDA's caching allocator then splits for the smaller
+    calls (growing calls would each ask the driver for more memory)."""
     largest = sorted(range(len(calls)), key=lambda k: (-calls[k].cells, k))[:count]
     return [calls[k] for k in largest] + [c for k, c in enumerate(calls) if k not in largest]
 
@@ -776,6 +782,7 @@ class _Job:
     alignments: bool
     gaps: Tuple[float, Optional[float]]
     reduction: str
+    footprint: _Footprint
     call_matrix_t: Optional[torch.Tensor] = None
 
     def __post_init__(self):
@@ -800,14 +807,20 @@ class _Job:
         return s, lengths.reshape(nc * nr, 2)
 
     def buffer(self, calls: List[_Call]) -> Optional[torch.Tensor]:
-        """A flat buffer for the score matrices of the largest of `calls`
-        (None for embeddings), on the current stream. Reused call after call:
-        on the CPU a fresh large tensor is fresh pages from the system, whose
-        first writes fault (they cost more than the gather itself)."""
-        if self.call_matrix is None or not calls:
+        """On the CPU, a flat buffer for the score matrices of the largest of
+        `calls`, reused call after call: a fresh large tensor is fresh pages
+        from the system, whose first writes fault (they cost more than the
+        gather itself). None where it does not pay (CUDA's caching allocator
+        reuses memory anyway; embeddings) or where the buffer and a smaller
+        call's other memory would exceed a call's share of the budget."""
+        if self.device.type != "cpu" or self.call_matrix is None or not calls:
             return None
-        return torch.empty(max(c.cells for c in calls), dtype=self.call_matrix.dtype,
-                           device=self.device)
+        size = self.footprint.element * self.footprint.copies
+        rest = max(self.footprint.call(*c.items, c.rows, c.cols) - size * c.cells for c in calls)
+        cells = max(c.cells for c in calls)
+        if size * cells + rest > self.call_bytes:
+            return None
+        return torch.empty(cells, dtype=self.call_matrix.dtype, device=self.device)
 
     def call_scores(self, call: _Call, recorder=None,
                     out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -917,7 +930,7 @@ def _prepare(queries, targets, *, matrix, similarity, gap_open, gap_extend, temp
     mine = _largest_first(_share(calls, rank, world) if world > 1 else calls, in_flight)
     return _Job(q_set, t_set, sub_scores, call_matrix, similarity, kernel, device, dtype,
                 result_dtype, k, mine, in_flight, call_bytes, cells, group, rank, world,
-                progress, alignments, (gap_open, gap_extend), reduction)
+                progress, alignments, (gap_open, gap_extend), reduction, footprint)
 
 
 def _run(job: _Job, recorder=None) -> SearchResult:
