@@ -62,7 +62,6 @@ def main():
             t = timed(f, reps)
             row.append(f"{t * 1e3:9.3f} {cells / t / 1e9:7.1f}")
         print(f"{shape:>16} " + " ".join(f"{r:>18}" for r in row), flush=True)
-        del S, Sg, hidden, argmax, total
         torch.cuda.empty_cache()
 
 

@@ -1,13 +1,14 @@
-"""CUDA inference forward in the probability domain (skipped without CUDA).
+"""CUDA forward in the probability domain (skipped without CUDA).
 
-With no gradient wanted, a linear-gap problem with a constant gap at T > 0 runs
-the probability-domain kernel: Z = 2^H kept as a mantissa with a per-row
-power-of-two exponent. Where the scaled form cannot hold a score (|S| / T too
+A linear-gap problem with a constant gap at T > 0 runs the probability-domain
+forward, with or without the state the backward reads: Z = 2^H kept as a
+mantissa with a per-row power-of-two exponent. Where the scaled form cannot hold a score (|S| / T too
 large, inf, NaN) a band switches to the log domain before it computes such a
 cell. These tests take the float64 CPU kernel (itself checked against the slow
 reference elsewhere) as the reference, on inputs chosen to land in either
 domain and in the switch: temperatures 1e-3 .. 1e3, |S| up to 1e4, one band
-and many, short pairs with garbage in the padding.
+and many, short pairs with garbage in the padding. The training forward's
+state feeds the backward: its gradients are checked the same way.
 """
 import math
 
@@ -15,7 +16,8 @@ import pytest
 import torch
 
 import softsw
-from conftest import HAS_CUDA, assert_close, fill_padding, rand_lengths, randn, score_tol
+from conftest import (HAS_CUDA, assert_close, fill_padding, grad_tol, grads, leaf, rand_lengths,
+                      randn, score_tol)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")]
 
@@ -172,14 +174,120 @@ def test_deterministic(gen):
 
 def test_more_accurate_than_the_log_domain(gen):
     """The reason for the probability domain besides speed: in float32 it is at
-    least as close to float64 as the log-domain training forward (measured ~10x)."""
+    least as close to float64 as the log domain (measured ~10x). A gap tensor
+    (here constant) runs the log-domain kernels on the same problem."""
     B, M, N = 16, 256, 256
     S = randn(gen, B, M, N).float()
     ref = cpu_reference(S.double(), -1.0, 1.0, None, "soft")
     with torch.no_grad():
         prob = softsw.align(S.cuda(), -1.0, 1.0, reduction="soft").cpu().double()
-    log = softsw.align(S.cuda().requires_grad_(True), -1.0, 1.0, reduction="soft")
-    log = log.detach().cpu().double()
+        gap = torch.full((B, M, N), -1.0, device="cuda")
+        log = softsw.align(S.cuda(), gap, 1.0, reduction="soft").cpu().double()
     err_prob = ((prob - ref).abs() / ref.abs()).max().item()
     err_log = ((log - ref).abs() / ref.abs()).max().item()
     assert err_prob <= err_log, (err_prob, err_log)
+
+
+# --------------------------------------------------------------------------
+# Training: the probability-domain forward keeps H for the backward
+# --------------------------------------------------------------------------
+
+
+def check_training(gen, S, gap, T, lengths, reduction, dtype, weighted=True):
+    """Score and d score / d S of the CUDA training step against the float64
+    CPU kernel, on exactly the values the CUDA kernel sees; the gradient of
+    the pairs' scores weighted at random (or of their sum)."""
+    S = S.to(dtype)
+    M, N = S.shape[-2:]
+    go = randn(gen, S.shape[0], scale=0.25, shift=1.0) if weighted else torch.ones(S.shape[0])
+    lens = None if lengths is None else lengths
+    ref_S = leaf(S.double())
+    ref = softsw.align(ref_S, gap, T, lengths=lens, reduction=reduction)
+    ref_g, = grads(ref, [ref_S], go.to(ref.dtype))
+    out_S = leaf(S.cuda())
+    out = softsw.align(out_S, gap, T, lengths=None if lens is None else lens.cuda(),
+                       reduction=reduction)
+    out_g, = grads(out, [out_S], go.to(out.dtype).cuda())
+    assert out_g.dtype == dtype
+    assert_close(out, ref, dtype, f"score (T={T}, {reduction})", tol=score_tol(dtype, M, N))
+    finite = S.double()[torch.isfinite(S.double())]
+    scale = finite.abs().max().item() if finite.numel() else 1.0
+    assert_close(out_g, ref_g, dtype, f"d/d scores (T={T}, {reduction})",
+                 tol=grad_tol(dtype, M, N, T, scale))
+    return out_g
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_training_in_range_matches_float64(gen, shape, dtype, reduction):
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=1.5)
+    lengths = rand_lengths(gen, B, M, N)
+    check_training(gen, fill_padding(S, lengths, gen), -0.8, 1.0, lengths, reduction, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [1e-3, 0.05, 1.0, 1e3])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0, 1e4])
+def test_training_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+    B, M, N = 2, 70, 90
+    S = randn(gen, B, M, N, scale=magnitude)
+    for dtype in (torch.float32, torch.float64):
+        g = check_training(gen, S, -0.5 * magnitude, T, None, reduction, dtype)
+        assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
+def test_training_switch_to_log_domain_mid_band(gen, where, reduction):
+    """The forward's band that switches writes H from both domains; the
+    gradient through it is exact."""
+    B, M, N = 2, 150, 300
+    S = randn(gen, B, M, N)
+    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
+    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
+    S[0, r, c] = big
+    S[1, r, c] = -big
+    check_training(gen, S, -1.0, 1.0, None, reduction, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_training_half_types(gen, dtype, reduction):
+    B, M, N = 3, 100, 140
+    S = randn(gen, B, M, N)
+    lengths = rand_lengths(gen, B, M, N)
+    check_training(gen, fill_padding(S, lengths, gen), -1.0, 1.0, lengths, reduction, dtype)
+
+
+def test_training_long_pair_many_bands(gen):
+    S = randn(gen, 1, 700, 900)
+    for reduction in ("max", "soft"):
+        check_training(gen, S, -1.0, 1.0, None, reduction, torch.float32)
+
+
+def test_training_deterministic(gen):
+    B, M, N = 6, 200, 300
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    S[3, 50, 60] = 400.0  # one band in the log domain
+    for reduction in ("max", "soft"):
+        def step():
+            x = leaf(S)
+            return grads(softsw.align(x, -1.0, 1.0, reduction=reduction), [x])[0]
+        first = step()
+        for _ in range(3):
+            assert torch.equal(step(), first)
+
+
+def test_training_argmax_is_the_max_cell(gen):
+    """With reduction="max" the gradient is the alignment ending at the best
+    cell: at T -> 0 it is the one-hot path, and the largest score's cell lies on
+    it when that score dominates."""
+    B, M, N = 2, 64, 80
+    S = randn(gen, B, M, N, scale=0.1)
+    S[0, 40, 50] = 30.0
+    S[1, 0, 79] = 30.0
+    g = check_training(gen, S, -1.0, 0.05, None, "max", torch.float32, weighted=False)
+    assert g[0, 40, 50].item() == pytest.approx(1.0, abs=1e-5)
+    assert g[1, 0, 79].item() == pytest.approx(1.0, abs=1e-5)

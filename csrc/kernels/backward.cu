@@ -6,11 +6,15 @@
 // The band skeleton is the forward's mirrored: steps run from the last
 // anti-diagonal to the first, a lane's last row takes what the row below
 // contributes from lane l+1 (one shuffle), and the band below hands its first
-// row's contributions up through global memory (tagged words). As in the
-// forward, the bulk of a tall band (R = 4, aligned rows) runs unchecked in
+// row's contributions up through global memory (tagged words). Two kernels:
+// backward_staged (one row per lane: the problems whose forward ran with one,
+// wavefront.cuh's rows_per_thread) reads the scores through shared memory and
+// writes the gradient back the same way; backward_wavefront (four rows per
+// lane, tall log-domain problems) runs the bulk of a tall band unchecked in
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
 #include "affine.cuh"
+#include "staging.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -20,6 +24,7 @@ template <typename T, typename A>
 struct BackwardKernelArgs {
   int64_t batch, rows, cols, nbands;
   const T* scores;
+  const T* scores_end;  // one past the last element (staging.cuh)
   const int64_t* lengths;
   GapReader<T, A> gap;
   A scale;
@@ -313,6 +318,221 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+
+// One row per lane (R = 1), the scores staged through shared memory a chunk
+// of 32 steps ahead (staging.cuh): each step leaves its d score / d S in the
+// slot over the score it read, and the finished chunk is stored a row at a
+// time (coalesced). H of the band comes from `hidden` (one coalesced run per
+// anti-diagonal) into a ring of 8 registers, loaded 8 steps before it is read;
+// H of the row above the band a chunk ahead. Shared memory stays at the
+// scores' two slots, so that 6 blocks of 4 warps share an SM: while a band
+// waits on the band below it (a chunk of columns at a time) others compute.
+constexpr int kHiddenRing = 8;
+
+template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
+    backward_staged(const BackwardKernelArgs<T, A> a) {
+  static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
+  using Cell = LinearCell<A, HARD>;
+  constexpr int kBandRows = kWarp;
+  constexpr int kPitch = kStagePitch<T>;
+  constexpr int kSlot = kBandRows * kPitch;
+  const int lane = threadIdx.x & (kWarp - 1);
+  using Edge = TaggedEdge<A>;
+  extern __shared__ __align__(16) unsigned char stage_bytes[];
+  T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, 1>;
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
+
+  for (;;) {
+    const long long unit = next_unit(a.ws.ticket);
+    if (unit >= a.batch * a.nbands) return;
+    const int64_t b = unit / a.nbands;
+    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
+    const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
+    const int64_t pair_offset = b * a.rows * a.cols;
+    if (!len.valid) {
+      if (band == 0) {
+        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
+          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_gap) a.grad_gap[pair_offset + e] = store_as<T>(quiet_nan<A>());
+        }
+      }
+      continue;
+    }
+    const int top = static_cast<int>(band) * kBandRows;
+    if (m == 0 || n == 0 || top >= m) continue;  // outputs were cleared
+    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
+    const bool has_above = band > 0;
+    const bool has_below = top + kBandRows < m;
+    const int64_t unit_id = b * a.nbands + band;
+    const unsigned long long* edge_below = edges + (unit_id + 1) * a.cols * Edge::kWords;
+    unsigned long long* edge_above = edges + unit_id * a.cols * Edge::kWords;
+    const A* const hidden = a.hidden + pair_offset + int64_t(top) * n + lane;
+    // The band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
+    const A* const hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n + kBandRows - 1;
+    const A g_out = load_as<A>(a.grad_score + b);
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
+    const int64_t target = a.argmax[b];
+    const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
+    const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
+    const bool row_ok = lane < rows_here;
+    const int r = top + lane;  // this lane's row of the pair
+    const T* const band_scores = a.scores + pair_offset + int64_t(top) * a.cols;
+    T* const band_grads = a.grad_scores + pair_offset + int64_t(top) * a.cols;
+    T* const srow = stage + lane * kPitch + parallelogram_offset(band_scores, a.cols, lane);
+    const int steps = n + rows_here - 1;
+    const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
+
+    // H ring: ring[d % 8] holds this lane's H on anti-diagonal d (0 outside
+    // the pair). Every step t, run or skipped, loads d = t - 8 into the slot
+    // it frees (t % 8, known at compile time in the unrolled chunks);
+    // `next_slot` walks (d mod n) down with it.
+    A ring[kHiddenRing];
+    const int t_top = chunks * kChunkSteps - 1;  // the last chunk's first step
+    int next_slot = (t_top - kHiddenRing) % n;
+    auto load_ring = [&](const int t, const int x, auto checked) {
+      const int c = t - kHiddenRing - lane;
+      const bool ok = !decltype(checked)::value || (row_ok && c >= 0 && c < n);
+      ring[x & (kHiddenRing - 1)] = ok ? __ldg(hidden + int64_t(next_slot) * rows_here) : A(0);
+      next_slot = next_slot == 0 ? n - 1 : next_slot - 1;
+    };
+#pragma unroll
+    for (int i = 0; i < kHiddenRing; ++i) {  // anti-diagonals t_top .. t_top - 7
+      const int d = t_top - i, c = d - lane;
+      ring[(kChunkSteps - 1 - i) & (kHiddenRing - 1)] =
+          row_ok && c >= 0 && c < n ? __ldg(hidden + int64_t(d % n) * rows_here) : A(0);
+    }
+
+    // H of the row above the band on a chunk's columns 32q + l: this chunk's
+    // (up: column c, diag: column c - 1) and the next chunk's, loaded ahead.
+    A above_up = A(0), above_diag = A(0), next_up = A(0), next_diag = A(0);
+    auto load_above = [&](int q) {
+      const int c = kChunkSteps * q + lane;
+      next_up = next_diag = A(0);
+      if (!has_above || q < 0 || c - 1 >= n) return;
+      const int slot_up = (kBandRows - 1 + c) % n;
+      const int slot_diag = slot_up == 0 ? n - 1 : slot_up - 1;
+      next_up = c < n ? __ldg(hidden_above + int64_t(slot_up) * kBandRows) : A(0);
+      next_diag = c >= 1 ? __ldg(hidden_above + int64_t(slot_diag) * kBandRows) : A(0);
+    };
+    load_above(chunks - 1);
+
+    // Contributions E * p_k this lane's row made on the last two steps.
+    A m1 = A(0), m1p = A(0), m2 = A(0), m3 = A(0);
+    A below_reg = A(0);        // contributions of the band below (lane 31's chunk)
+    EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
+
+    // One reverse step on this lane's cell (r, t - lane) with score s
+    // (x = t mod 32, a constant in the unrolled chunks); returns its
+    // d score / d S (times g_out).
+    auto step = [&](const int t, const int x, const A s, const bool checked) {
+      const int c_last = t - (kBandRows - 1);
+      if (has_below && c_last >= 0 && c_last < n &&
+          ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
+        const int c = (c_last & ~(kWarp - 1)) + lane;
+        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c) : A(0);
+      }
+      const A h = ring[x & (kHiddenRing - 1)];
+      const A left = ring[(x - 1) & (kHiddenRing - 1)];
+      const A up_lane = __shfl_up_sync(kFullMask, left, 1);
+      const A diag_lane = __shfl_up_sync(kFullMask, ring[(x - 2) & (kHiddenRing - 1)], 1);
+      const A up_edge = __shfl_sync(kFullMask, above_up, x);
+      const A diag_edge = __shfl_sync(kFullMask, above_diag, x);
+      const A up = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
+      const A diag = lane != 0 ? diag_lane : diag_edge;
+      const A below = __shfl_sync(kFullMask, below_reg, c_last & (kWarp - 1));
+      const A down_lane = __shfl_down_sync(kFullMask, m2 + m1p, 1);
+      const A down = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
+
+      const int c = t - lane;
+      A n1 = A(0), n2 = A(0), n3 = A(0), grad = A(0);
+      if (!checked || (c >= 0 && c < n && row_ok)) {
+        const A g = a.gap.template at<GAP_TENSOR>(b, r, c);
+        const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
+        A seed;
+        if constexpr (SOFT) seed = total.seed(h);
+        else seed = r == target_r && c == target_c ? A(1) : A(0);
+        const A E = seed + m3 + down;
+        n1 = E * p.p1;
+        n2 = E * p.p2;
+        n3 = E * p.p3;
+        grad = n1 * g_out;
+        if (GAP_TENSOR && a.grad_gap)
+          a.grad_gap[pair_offset + int64_t(r) * a.cols + c] = store_as<T>((n2 + n3) * g_out);
+      }
+      // Lane 0's row is the band's top row: hand its contributions up.
+      if (has_above) {
+        to_above.collect(0, n2 + m1, 0, t, lane);
+        // Columns run downwards: a chunk is done at its first column.
+        if (t < n && (t & (kWarp - 1)) == 0) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
+      }
+      m1p = m1;
+      m1 = n1;
+      m2 = n2;
+      m3 = n3;
+      return grad;
+    };
+
+    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), unrolled:
+    // the ring's slots are then known at compile time.
+    auto run_chunk = [&](const int q, auto checked) {
+      constexpr bool kChecked = decltype(checked)::value;
+      T* const slot = srow + (q & 1) * kSlot;
+      const int t0 = q * kChunkSteps;
+#pragma unroll
+      for (int x = kChunkSteps - 1; x >= 0; --x) {
+        const int t = t0 + x;
+        if (!kChecked || t < steps) {
+          const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
+          const int c = t - lane;
+          if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
+        }
+        load_ring(t, x, checked);
+      }
+    };
+
+    auto stage_chunk = [&](int q) {
+      stage_parallelogram<T, 1>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
+                                a.scores, a.scores_end, lane);
+    };
+    stage_chunk(chunks - 1);
+    if (chunks > 1) stage_chunk(chunks - 2);
+    else copy_async_commit();
+    for (int q = chunks - 1; q >= 0; --q) {
+      const int t0 = q * kChunkSteps;
+      above_up = next_up;
+      above_diag = next_diag;
+      load_above(q - 1);
+      copy_async_wait<1>();  // chunk q has landed (q - 1 may still be in flight)
+      __syncwarp();
+      // Unchecked: every cell of every lane inside the pair, also the
+      // anti-diagonals 8 steps below (loaded in the chunk) for every lane.
+      const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 + kHiddenRing &&
+                             t0 + kChunkSteps <= n;
+      if (unchecked) run_chunk(q, std::false_type{});
+      else run_chunk(q, std::true_type{});
+      __syncwarp();  // every lane's results are in the slot
+      flush_parallelogram(stage + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
+                          [&](int row) { return parallelogram_offset(band_scores, a.cols, row); },
+                          lane);
+      __syncwarp();  // the slot is free again
+      if (q >= 2) stage_chunk(q - 2);
+      else copy_async_commit();  // an empty group keeps the count of wait<1>
+    }
+  }
+}
+
+// SOFTSW_STAGED_BACKWARD=0 runs backward_wavefront instead (for benchmarks
+// of the choice).
+inline bool staged_backward() {
+  static const bool on = [] {
+    const char* e = std::getenv("SOFTSW_STAGED_BACKWARD");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
 }  // namespace cuda
 
 void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, void* stream) {
@@ -338,6 +558,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.cols = p.cols;
     k.nbands = band_count(p);
     k.scores = static_cast<const T*>(p.scores);
+    k.scores_end = k.scores + p.batch * p.rows * p.cols;
     k.lengths = p.lengths;
     k.gap = gap_reader<T, A>(p.gap_open, scale);
     k.scale = scale;
@@ -351,6 +572,17 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.grad_gap = static_cast<T*>(args.grad_gap_open);
     k.ws = ws;
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
+      if constexpr (r() == 1) {
+        if (staged_backward()) {
+          if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
+            if (k.soft_reduction)
+              return launch_persistent<backward_staged<T, A, false, true, gap_tensor()>>(
+                  k, s, "backward_staged", staging_smem_bytes<T, 1>());
+          }
+          return launch_persistent<backward_staged<T, A, hard_c(), false, gap_tensor()>>(
+              k, s, "backward_staged", staging_smem_bytes<T, 1>());
+        }
+      }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "backward_wavefront");
     });

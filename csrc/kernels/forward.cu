@@ -524,8 +524,8 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
   clear_workspace(p, ws, s);
-  if (probability_forward_cuda(p, out, ws, s)) return;
   clear_hidden_past_short_pairs(p, out.hidden, s);
+  if (probability_forward_cuda(p, out, ws, s)) return;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

@@ -1,5 +1,6 @@
-// Inference forward on CUDA in the probability domain (probability.h): linear
-// gaps with a constant gap score, T > 0, both reductions, every dtype.
+// The forward on CUDA in the probability domain (probability.h): linear gaps
+// with a constant gap score, T > 0, both reductions, every dtype; with or
+// without the state the backward passes read.
 //
 // The cell is Z = 1 + w Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]) with w = 2^s: one
 // exp2 and three adds/FMAs, where the log domain needs a softmax of four
@@ -12,14 +13,10 @@
 // waits ~64 steps for the one above it) and R independent cells per step; the
 // launcher runs R = 1 (see there why).
 //
-// Staging. Steps are taken 32 at a time (a chunk). Chunk q needs, of band row
-// r, the 32 columns 32q - r .. 32q - r + 31: a parallelogram, copied with
-// cp.async (no registers held, each warp-wide copy one row's consecutive
-// scores) into a ring of two shared-memory slots, issued when the chunk
-// before it starts to be read, so a whole chunk of steps hides the copy. A slot
-// keeps row lR + k at [k][l], rows padded to 33 elements (34 for 2-byte types,
-// copied as 4-byte words), so that a step, where every lane reads element x
-// of its row k, hits 32 different banks.
+// Staging. The scores reach the warp through shared memory a chunk of 32
+// steps ahead (staging.cuh): a step reads its score from a padded slot,
+// conflict free, and the copy of the chunk after next is issued when a chunk
+// is done.
 //
 // Scaling. Each row is kept as z = Z 2^-o with its own exponent o and brought
 // back to [1, 2) every kRenormSteps steps; a value from the row above is
@@ -37,9 +34,14 @@
 // only. Band edges travel as a mantissa and an exponent (Z = m 2^e) whichever
 // domain wrote them, published after the 8 steps that finish them are checked.
 //
-// Argmax: an inference forward does not keep the state the argmax serves, so
-// this pass leaves it -1 (problem.h).
+// State (a training forward): every cell's H = log2 Z (kernel units) goes to
+// `hidden` in the band layout of wavefront.cuh (one coalesced run of 32 per
+// step), and "max" keeps the largest H with its first row-major cell, as the
+// log-domain forward does; the backward passes read both. Argmax: an inference
+// forward does not keep the state the argmax serves, so it leaves it -1
+// (problem.h).
 #include "probability.h"
+#include "staging.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -57,39 +59,14 @@ struct ProbabilityForwardArgs {
   A gap_weight;  // 2^gap (probability domain)
   bool soft_reduction;
   T* score;
+  A* hidden;  // with state: H of every cell (wavefront.cuh's band layout)
   int64_t* argmax;
   A* total;
   Workspace ws;
 };
 
-constexpr int kChunkSteps = kWarp;
 // Steps between two checks (and renormalisations); a chunk holds whole groups.
 constexpr int kGroupSteps = 8;
-// Row pitch of a staging slot, in elements: 32 + padding (see the header).
-template <typename T> constexpr int kStagePitch = sizeof(T) == 2 ? 34 : 33;
-// Elements of a warp's two staging slots.
-template <typename T, int R> constexpr int kStageElements = 2 * R * kWarp * kStagePitch<T>;
-
-template <typename T, int R>
-constexpr size_t probability_forward_smem() {
-  return size_t(kWarpsPerBlock) * kStageElements<T, R> * sizeof(T);
-}
-
-// cp.async of BYTES (4 or 8) from global to shared memory; zeros when !ok.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(void* shared, const void* global, bool ok) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(global),
-               "n"(BYTES), "r"(ok ? BYTES : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most N of this thread's committed groups are still in flight.
-template <int N> __device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // A band edge value Z = m 2^e as two tagged words of A each: the mantissa m
 // in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
@@ -132,11 +109,12 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 }
 
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
+// STATE: a training forward (H of every cell to `hidden`, the argmax).
 // The staging (8.4 KB a warp for float, twice that for double) lets 6 blocks
 // of 4 warps (3 for double) share an SM: registers up to that occupancy (5 for
-// 2-byte scores, whose staging code needs more).
-template <typename T, typename A, int R, bool SOFT>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : sizeof(T) == 2 ? 5 : 6)
+// 2-byte scores, whose staging code needs more, and for a training forward).
+template <typename T, typename A, int R, bool SOFT, bool STATE>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : sizeof(T) == 2 || STATE ? 5 : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
   static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
@@ -184,47 +162,24 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
     bool row_ok[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) row_ok[k] = r0 + k < rows_here;
+    // With state: this band's H (cell (r, c) at ((r + c) mod n) * rows_here + r)
+    // and each row's first cell in row-major order (the argmax index).
+    A* const band_hidden = STATE ? a.hidden + b * plane + int64_t(top) * n : nullptr;
+    int64_t row_index[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) row_index[k] = int64_t(top + r0 + k) * a.cols - (r0 + k);
 
     // ---- staging: chunk q into slot q & 1, row lR + k at [k][l]
     const T* const band_scores = a.scores + b * plane + int64_t(top) * a.cols;
     auto stage_chunk = [&](int q) {
-      T* const slot = stage + (q & 1) * kSlot;
-      const T* src = band_scores + kChunkSteps * q;  // row r, column 32q - r (walked)
-      int col = kChunkSteps * q + lane;             // this lane's column in row r
-#pragma unroll 4
-      for (int r = 0; r < rows_here; ++r, src += a.cols - 1, --col) {
-        T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
-        if constexpr (sizeof(T) >= 4) {
-          const bool ok = static_cast<unsigned>(col) < static_cast<unsigned>(n);
-          copy_async<sizeof(T)>(dst + lane, ok ? src + lane : a.scores, ok);
-        } else {
-          // 4-byte words covering the 32 elements: word j holds columns
-          // c - off + 2j and +1 (c = 32q - r; off: its place in its word).
-          const int off = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 1) & 1);
-          const T* const word = src - off + 2 * lane;
-          const int c = col - lane - off + 2 * lane;
-          const bool ok = c + 1 >= 0 && c < n;
-          if (lane > 16) {
-            // 17 words cover the row: nothing to copy (a zero fill would spill over)
-          } else if (ok && word + 2 > a.scores_end) {
-            dst[2 * lane] = *word;  // the tensor's very last element, alone
-          } else {
-            copy_async<4>(dst + 2 * lane, ok ? word : a.scores, ok);
-          }
-        }
-      }
-      copy_async_commit();
+      stage_parallelogram<T, R>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
+                                a.scores, a.scores_end, lane);
     };
     // This lane's row k of a slot, from its first element.
     const T* srow[R];
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
-      int off = 0;
-      if constexpr (sizeof(T) == 2)
-        off = static_cast<int>(
-            (reinterpret_cast<uintptr_t>(band_scores + int64_t(r0 + k) * (a.cols - 1)) >> 1) & 1);
-      srow[k] = stage + (k * kWarp + lane) * kPitch + off;
-    }
+    for (int k = 0; k < R; ++k)
+      srow[k] = stage + (k * kWarp + lane) * kPitch + parallelogram_offset(band_scores, a.cols, r0 + k);
 
     // ---- state, probability domain: row k as z = Z 2^-o[k]
     A z[R], diag[R], start[R], from_above[R], best_z[R], sum_z[R];
@@ -238,8 +193,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
     int o_first = 0, o_last = 0;  // lane 0's row 0 and lane 31's row R-1
     // ---- state, log domain (after a switch): H = log2 Z
     A h[R] = {}, hdiag[R] = {};
-    // ---- reductions, log2 units
+    // ---- reductions, log2 units (with state, "max" keeps the argmax too)
     A best = A(0);
+    MaxArg<A> best_cell;
+    A best_h[R];     // with state, "max", probability domain: a row's largest H
+    int best_t[R];   // ... and its step (-1: none above the boundary's 0)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      best_h[k] = A(0);
+      best_t[k] = -1;
+    }
+    // Rows' probability-domain maxima into best_cell (before any log-domain
+    // cell of the row: best_cell sees each row's cells in order).
+    auto fold_best = [&]() {
+#pragma unroll
+      for (int k = 0; k < R; ++k)
+        if (best_t[k] >= 0) best_cell.add(best_h[k], row_index[k] + best_t[k]);
+    };
     SoftTotal<A> soft;
     // ---- edges: column 32k + lane of the band above (Z = edge_m 2^edge_e;
     // edge_up in lane 0's scale, edge_h its log2) and of this band's last
@@ -258,7 +228,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
       for (int k = 0; k < R; ++k) {
         if (SOFT) {
           if (sum_z[k] > A(0)) soft.add(log2_acc(sum_z[k]) + A(o[k]));
-        } else if (best_z[k] > A(0)) {
+        } else if (!STATE && best_z[k] > A(0)) {
           best = max_of(best, log2_acc(best_z[k]) + A(o[k]));
         }
         sum_z[k] = best_z[k] = A(0);
@@ -285,6 +255,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
     auto inside = [&](int t, int k) {
       return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
     };
+    // With state: a cell's H to `hidden`, and to the argmax ("max"). Step t
+    // is anti-diagonal t of the band: slot t mod n.
+    auto keep = [&](int t, int k, A h, auto checked) {
+      if constexpr (STATE) {
+        int slot_t = t;
+        if constexpr (decltype(checked)::value)
+          while (slot_t >= n) slot_t -= n;  // t < n + 32: rarely more than once
+        band_hidden[int64_t(slot_t) * rows_here + r0 + k] = h;
+      }
+    };
 
     // One step in the probability domain. x: the step within its chunk.
     auto probability_step = [&](const int t, const int x, const int slot, auto checked) {
@@ -301,7 +281,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
         const bool in = !kChecked || inside(t, k);
         z[k] = in ? zn : z[k];
         if (SOFT) sum_z[k] += in ? zn : A(0);
-        else best_z[k] = max_of(best_z[k], in ? zn : A(0));
+        else if (!STATE) best_z[k] = max_of(best_z[k], in ? zn : A(0));
+        if (STATE && in) {
+          // "max": the first largest H of the row (no NaN here: a group with
+          // one is undone); folded into best_cell when the row switches or ends.
+          const A hk = log2_acc(zn) + A(o[k]);
+          keep(t, k, hk, checked);
+          if (!SOFT && hk > best_h[k]) {
+            best_h[k] = hk;
+            best_t[k] = t;
+          }
+        }
       }
       // Collected whether or not there is a band below (selects, no branch);
       // stored only when there is one.
@@ -332,7 +322,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
         if (inside(t, k)) {
           h[k] = hn;
           if (SOFT) soft.add(hn);
-          else if (!is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
+          else if (!STATE && !is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
+          else if (STATE) best_cell.add(hn, row_index[k] + t);
+          keep(t, k, hn, std::true_type{});
         }
       }
       if (has_below) {
@@ -411,6 +403,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
         }
         const A low_z0 = low_z;
         const int low_o0 = low_o;
+        A best_h0[R];
+        int best_t0[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          best_h0[k] = best_h[k];
+          best_t0[k] = best_t[k];
+        }
 #pragma unroll
         for (int j = 0; j < kGroupSteps; ++j) probability_step(t0 + g + j, g + j, slot, checked);
         bool finite = true;
@@ -431,6 +430,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
         }
         edge_h = log2_acc(edge_m) + edge_e;
         low_h = log2_acc(low_z0) + A(low_o0);
+#pragma unroll
+        for (int k = 0; k < R; ++k) {  // the undone steps' H are written again
+          best_h[k] = best_h0[k];
+          best_t[k] = best_t0[k];
+        }
+        if (STATE && !SOFT) fold_best();
         store_group = store_tail = -1;
         return g;
       }
@@ -467,11 +472,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
       if (q + 2 < chunks) stage_chunk(q + 2);
       else copy_async_commit();  // an empty group keeps the count of wait<1>
     }
-    if (!log_domain) fold();
+    if (!log_domain) {
+      fold();
+      if (STATE && !SOFT) fold_best();
+    }
 
     SoftTotal<A> band_soft;
     MaxArg<A> band_best;
     if (SOFT) band_soft = soft;
+    else if (STATE) band_best = best_cell;
     else band_best.best = best;  // index -1: no argmax at inference
     publish_band_reduction<T, A>(a.ws, unit_id, band, !has_below, SOFT, band_soft,
                                  band_best, b, a.unscale, a.score, a.total, a.argmax);
@@ -483,16 +492,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
 bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
-  if (p.keeps_state || p.affine || p.gap_open.data || runs_hard(p)) return false;
-  bool launched = false;
+  if (!runs_probability_forward(p)) return false;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    // The gap in kernel units exactly as the log-domain kernels compute it
-    // (gap_reader), so that a band that switches continues the same recurrence.
     const A scale = A(kernel_scale(p));
-    const double gap = double(A(p.gap_open.value * double(scale)));
-    if (!ProbabilityRange<A>::gap_ok(gap)) return;
+    const A gap = A(p.gap_open.value * double(scale));  // as gap_reader has it
     ProbabilityForwardArgs<T, A> args;
     args.batch = p.batch;
     args.rows = p.rows;
@@ -502,31 +507,33 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     args.lengths = p.lengths;
     args.scale = scale;
     args.unscale = A(p.temperature * kLn2);
-    args.gap = A(gap);
-    args.gap_weight = A(std::exp2(gap));
+    args.gap = gap;
+    args.gap_weight = A(std::exp2(double(gap)));
     args.soft_reduction = p.reduction == Reduction::Soft;
     args.score = static_cast<T*>(out.score);
+    args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     args.ws = ws;
-    auto launch = [&](auto rows_per_lane) {
+    auto launch = [&](auto rows_per_lane, auto soft, auto state) {
       constexpr int R = decltype(rows_per_lane)::value;
-      args.nbands = p.rows == 0 ? 1 : (p.rows + kWarp * R - 1) / (kWarp * R);  // as band_count
-      if (args.soft_reduction)
-        launch_persistent<probability_forward<T, A, R, true>>(args, s, "probability_forward",
-                                                              probability_forward_smem<T, R>());
-      else
-        launch_persistent<probability_forward<T, A, R, false>>(args, s, "probability_forward",
-                                                               probability_forward_smem<T, R>());
+      args.nbands = band_count(p);
+      launch_persistent<probability_forward<T, A, R, soft(), state()>>(
+          args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
-    // One row per lane. The kernel is written for R rows per lane (fewer
-    // bands per tall pair, R independent cells per step), but with nvcc 13.0
-    // R = 2 keeps its row arrays in local memory (a stack frame, spills) and
-    // measured no faster; four allow one block per SM (the staging).
-    launch(std::integral_constant<int, 1>{});
-    launched = true;
+    auto with_state = [&](auto soft) {
+      if (args.hidden) launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
+      else launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
+    };
+    // One row per lane (rows_per_thread). The kernel is written for R rows
+    // per lane (fewer bands per tall pair, R independent cells per step), but
+    // with nvcc 13.0 R = 2 keeps its row arrays in local memory (a stack
+    // frame, spills) and measured no faster; four allow one block per SM (the
+    // staging).
+    if (args.soft_reduction) with_state(std::true_type{});
+    else with_state(std::false_type{});
   });
-  return launched;
+  return true;
 }
 
 }  // namespace softsw

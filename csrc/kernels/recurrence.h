@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define SOFTSW_HD __host__ __device__ __forceinline__
@@ -76,6 +77,19 @@ SOFTSW_HD double log2_acc(double x) {
   return std::log2(x);
 #endif
 }
+
+// 1 / x on the accumulate type; on the GPU, float uses the special function
+// unit alone (rcp.approx, ~1 ulp), not the IEEE division's refinement.
+SOFTSW_HD float reciprocal_acc(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return 1.0f / x;
+#endif
+}
+SOFTSW_HD double reciprocal_acc(double x) { return 1.0 / x; }
 
 template <typename A> SOFTSW_HD bool is_nan(A x) { return x != x; }
 template <typename A> SOFTSW_HD A quiet_nan() { return std::numeric_limits<A>::quiet_NaN(); }
@@ -151,7 +165,10 @@ struct LinearCell {
   SOFTSW_HD static Weights<A> normalized_weights(A h, A v1, A v2, A v3) {
     Weights<A> w = weights(h, v1, v2, v3);
     if constexpr (!HARD) {
-      const A inv = A(1) / (Math::exp2(-h) + w.p1 + w.p2 + w.p3);
+      const A sum = Math::exp2(-h) + w.p1 + w.p2 + w.p3;
+      A inv;
+      if constexpr (std::is_floating_point_v<A>) inv = reciprocal_acc(sum);
+      else inv = A(1) / sum;  // a backend's vector type
       w.p1 *= inv;
       w.p2 *= inv;
       w.p3 *= inv;

@@ -34,6 +34,7 @@
 #include <string>
 #include <type_traits>
 
+#include "probability.h"
 #include "problem.h"
 #include "recurrence.h"
 
@@ -189,6 +190,34 @@ struct GapReader {
 // Problem geometry
 // --------------------------------------------------------------------------
 
+// Hard (max-plus) exactly when the CPU kernels run hard: T = 0, or a
+// temperature so small that 2^20 / (T ln 2) overflows the accumulate type
+// (below it softmax_T is the max to rounding, and scores in kernel units
+// would overflow).
+inline bool runs_hard(const Problem& p) {
+  const double t = p.temperature;
+  if (!(t > 0.0)) return true;
+  const double scaled = 1048576.0 / (t * kLn2);
+  return accumulates_in_double(p.dtype) ? !std::isfinite(scaled)
+                                        : !std::isfinite(static_cast<float>(scaled));
+}
+
+// Kernel units: soft mode pre-scales scores by 1 / (T ln 2) (recurrence.h).
+inline double kernel_scale(const Problem& p) {
+  return runs_hard(p) ? 1.0 : 1.0 / (p.temperature * kLn2);
+}
+
+// Whether the forward runs in the probability domain (forward_probability.cu):
+// linear gaps with a constant gap within ProbabilityRange's bound (in kernel
+// units, as gap_reader computes it), T > 0.
+inline bool runs_probability_forward(const Problem& p) {
+  if (p.affine || p.gap_open.data || runs_hard(p)) return false;
+  const double scale = kernel_scale(p);
+  if (accumulates_in_double(p.dtype))
+    return ProbabilityRange<double>::gap_ok(p.gap_open.value * scale);
+  return ProbabilityRange<float>::gap_ok(float(p.gap_open.value * double(float(scale))));
+}
+
 // Rows per lane of a tall band: 4, but 2 for affine gaps in double (the
 // affine backward keeps ~2.5x the linear state per row; 4 rows of doubles spill).
 template <typename A, bool AFFINE>
@@ -203,7 +232,9 @@ constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 inline int rows_per_thread(const Problem& p) {
   // Measured on the H200: one row per lane (4x the warps) is faster for every
   // inference shape, linear or affine.
-  if (!p.keeps_state) return 1;
+  // So does a forward in the probability domain, and then every pass over its
+  // state (the band layout of `hidden` follows the rows per lane).
+  if (!p.keeps_state || runs_probability_forward(p)) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;
     return accumulates_in_double(p.dtype) ? kTallRows<double, true> : kTallRows<float, true>;
@@ -636,28 +667,11 @@ inline void dispatch_dtype(Dtype d, F&& f) {
   }
 }
 
-// Hard (max-plus) exactly when the CPU kernels run hard: T = 0, or a
-// temperature so small that 2^20 / (T ln 2) overflows the accumulate type
-// (below it softmax_T is the max to rounding, and scores in kernel units
-// would overflow).
-inline bool runs_hard(const Problem& p) {
-  const double t = p.temperature;
-  if (!(t > 0.0)) return true;
-  const double scaled = 1048576.0 / (t * kLn2);
-  return accumulates_in_double(p.dtype) ? !std::isfinite(scaled)
-                                        : !std::isfinite(static_cast<float>(scaled));
-}
-
-// Kernel units: soft mode pre-scales scores by 1 / (T ln 2) (recurrence.h).
-inline double kernel_scale(const Problem& p) {
-  return runs_hard(p) ? 1.0 : 1.0 / (p.temperature * kLn2);
-}
-
 }  // namespace cuda
 
-// The inference forward in the probability domain (forward_probability.cu),
-// for the problems it covers (linear gaps with a constant gap in range, T > 0,
-// no state kept); false, launching nothing, for the others.
+// The forward in the probability domain (forward_probability.cu), for the
+// problems it covers (runs_probability_forward); false, launching nothing, for
+// the others.
 bool probability_forward_cuda(const Problem& problem, const ForwardOutputs& out,
                               const cuda::Workspace& ws, cudaStream_t stream);
 
