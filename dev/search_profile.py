@@ -9,8 +9,9 @@ It prints:
 
 * the plan: kernel calls, how many run transposed (targets on the rows),
   padding efficiency (true cells / padded cells of the score matrices built)
-  and band fill (true cells / the cells of the 32-row bands the kernel runs
-  over the true columns);
+  and lane fill (true cells / the lane-steps of the kernel's 32-row bands,
+  each running its pair's true columns plus its fill and drain; the waits
+  for the band above are not in it);
 * per mode: softsw.search end to end (and peak CUDA memory against the
   budget); then instrumented runs of the same calls, each call's parts
   timed with CUDA events on the stream it runs on (on the CPU: wall clock):
@@ -153,7 +154,7 @@ def instrumented(queries, targets, options, device, **variant):
 
 def plan_report(job) -> str:
     q_len, t_len = job.q_set.sorted_lengths.cpu(), job.t_set.sorted_lengths.cpu()
-    true = padded = banded = 0
+    true = padded = lane_steps = units = 0
     sizes = []
     for c in job.calls:
         ql = q_len[c.q_span[0]:c.q_span[1]]
@@ -161,17 +162,22 @@ def plan_report(job) -> str:
         true += int(ql.sum()) * int(tl.sum())
         padded += c.cells
         rows, cols = (tl, ql) if c.transposed else (ql, tl)
-        # The kernel runs bands of 32 rows over each pair's true columns.
-        banded += int((torch.div(rows + 31, 32, rounding_mode="floor") * 32).sum()) * \
-            int(cols.sum())
+        # A pair's m rows run as ceil(m / 32) warps of 32 lanes, each for
+        # n + (its rows) - 1 steps (the anti-diagonal fill and drain), so
+        # 32 (bands (n - 1) + m) lane-steps for m n cells.
+        bands = torch.div(rows + 31, 32, rounding_mode="floor")
+        units += int(bands.sum()) * len(cols)
+        lane_steps += 32 * (int(bands.sum()) * int((cols - 1).clamp(min=0).sum())
+                            + int(rows.sum()) * len(cols))
         sizes.append(c.cells)
     small = sum(s < 1 << 24 for s in sizes)
     scores = job.call_matrix.dtype if job.call_matrix is not None else job.dtype
     return (f"plan: {len(job.calls)} kernel calls ({sum(c.transposed for c in job.calls)} "
             f"transposed), {small} of them under 2^24 cells; largest {max(sizes, default=0)} "
             f"cells\n      padding efficiency {true / max(padded, 1):.4f} ({true / 1e9:.1f} G "
-            f"true of {padded / 1e9:.1f} G padded cells); band fill "
-            f"{true / max(banded, 1):.4f} (true cells / 32-row bands x true columns); "
+            f"true of {padded / 1e9:.1f} G padded cells); lane fill "
+            f"{true / max(lane_steps, 1):.4f} (true cells / the lane-steps of the kernel's "
+            f"32-row bands; {units / 1e6:.2f} M bands, each waits for the one above); "
             f"{str(scores).replace('torch.', '')} score matrices")
 
 
