@@ -344,7 +344,7 @@ def test_cuda_streams_give_one_streams_results():
     queries = random_sequences(rnd, 30, 1, 300)
     targets = random_sequences(rnd, 50, 1, 300)
     for top in (5, None):
-        kw = dict(top=top, gap_open=-4.0, gap_extend=-1.0, device="cuda", batch_cells=30_000)
+        kw = dict(top=top, gap_open=-4.0, gap_extend=-1.0, device="cuda", batch_cells=100_000)
         one = seqsearch._run(seqsearch._job(queries, targets, in_flight=1, **kw))
         assert len(seqsearch._job(queries, targets, **kw).calls) > 20
         for n in (2, 3):
