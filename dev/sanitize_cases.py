@@ -1,7 +1,7 @@
-"""Small CUDA cases for compute-sanitizer (dev/sanitize.sh): every inference
-variant of the probability-domain forward (dtypes, reductions, lengths, a band
-that switches to the log domain, padding rows), and a training step and an HVP
-through the log-domain kernels."""
+"""Small CUDA cases for compute-sanitizer (dev/sanitize.sh): every variant of
+the probability-domain forward, inference and training (dtypes, reductions,
+lengths, a band that switches to the log domain, padding rows), the staged
+backward behind the training forward, and an HVP."""
 import torch
 
 import softsw
@@ -21,6 +21,14 @@ def main():
                                reduction=reduction)
             err = ((out.double().cpu() - ref).abs() / ref.abs().clamp(min=1)).max().item()
             print(f"inference {dtype} {reduction}: err {err:.2e}", flush=True)
+            x = S.to(dtype).cuda().requires_grad_(True)
+            score = softsw.align(x, -1.0, 1.0, lengths=lengths.cuda(), reduction=reduction)
+            (grad,) = torch.autograd.grad(score.sum(), x)
+            xr = S.to(dtype).double().requires_grad_(True)
+            ref = softsw.align(xr, -1.0, 1.0, lengths=lengths, reduction=reduction)
+            (ref_grad,) = torch.autograd.grad(ref.sum(), xr)
+            gerr = (grad.double().cpu() - ref_grad).abs().max().item()
+            print(f"training {dtype} {reduction}: grad err {gerr:.2e}", flush=True)
     S = torch.randn(2, 40, 50, device="cuda", requires_grad=True)
     score = softsw.align(S, -1.0, 0.8, reduction="soft")
     (grad,) = torch.autograd.grad(score.sum(), S, create_graph=True)

@@ -378,6 +378,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
     const bool row_ok = lane < rows_here;
     const int r = top + lane;  // this lane's row of the pair
+    // "max": the step at which this lane reaches the argmax cell (-1: never).
+    const int target_t = r == target_r ? target_c + lane : -1;
     const T* const band_scores = a.scores + pair_offset + int64_t(top) * a.cols;
     T* const band_grads = a.grad_scores + pair_offset + int64_t(top) * a.cols;
     T* const srow = stage + lane * kPitch + parallelogram_offset(band_scores, a.cols, lane);
@@ -426,10 +428,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     // One reverse step on this lane's cell (r, t - lane) with score s
     // (x = t mod 32, a constant in the unrolled chunks); returns its
     // d score / d S (times g_out).
+    // Conditions on the step's place in its chunk use x: constants in the
+    // unrolled chunks. Lane 31's column c_last = t - 31 has c_last mod 32 =
+    // (x + 1) mod 32.
     auto step = [&](const int t, const int x, const A s, const bool checked) {
       const int c_last = t - (kBandRows - 1);
-      if (has_below && c_last >= 0 && c_last < n &&
-          ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
+      const int x_last = (x + 1) & (kWarp - 1);
+      // A chunk of the band below's contributions: at its last column, or at
+      // the pair's last column (only in checked chunks: c_last < n - 31 else).
+      if (has_below && (x_last == kWarp - 1 || (checked && c_last == n - 1)) &&
+          c_last >= 0 && c_last < n) {
         const int c = (c_last & ~(kWarp - 1)) + lane;
         below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c) : A(0);
       }
@@ -441,7 +449,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       const A diag_edge = __shfl_sync(kFullMask, above_diag, x);
       const A up = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
       const A diag = lane != 0 ? diag_lane : diag_edge;
-      const A below = __shfl_sync(kFullMask, below_reg, c_last & (kWarp - 1));
+      const A below = __shfl_sync(kFullMask, below_reg, x_last);
       const A down_lane = __shfl_down_sync(kFullMask, m2 + m1p, 1);
       const A down = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
 
@@ -452,7 +460,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
         const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
         A seed;
         if constexpr (SOFT) seed = total.seed(h);
-        else seed = r == target_r && c == target_c ? A(1) : A(0);
+        else seed = t == target_t ? A(1) : A(0);
         const A E = seed + m3 + down;
         n1 = E * p.p1;
         n2 = E * p.p2;
@@ -463,9 +471,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       }
       // Lane 0's row is the band's top row: hand its contributions up.
       if (has_above) {
-        to_above.collect(0, n2 + m1, 0, t, lane);
+        to_above.collect(0, n2 + m1, 0, x, lane);
         // Columns run downwards: a chunk is done at its first column.
-        if (t < n && (t & (kWarp - 1)) == 0) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
+        if (x == 0 && t < n) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
       }
       m1p = m1;
       m1 = n1;
