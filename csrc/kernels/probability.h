@@ -124,25 +124,31 @@ SOFTSW_HD A probability_cell(A start, A w, A diag, A c, A up, A left) {
 //   start = 1 / Z_C,  d = Z_D / Z_C,  u = Z_U / Z_C,  l = Z_L / Z_C
 // (LinearCell::weights of the C node and one exp2), and A = 1 + D + L,
 // B = 1 + D + U are sums of them: a = start + d + l, b = start + d + u. Every
-// weight of the cell is a ratio of these shares, e.g. the A node's weight of
-// D is Z_D / Z_A = d / a, and the U node's weight of its open move is
-// o Z_A[i-1,j] / Z_U[i,j] = o a' / (o a' + e u') with the shares ' of cell
-// (i-1, j) and o = 2^open, e = 2^extend: 4 exp2 per cell instead of the ~20
-// exp2 and log2 of AffineCell's log-domain weights, and each node's weights
-// sum to 1 (the scale error of a rounded C cancels in the ratios).
+// weight of the cell is a ratio of these shares: the C node's weight of D is
+// d / c (c = start + d + u + l, 1 up to rounding), the A node's d / a and
+// l / a, the B node's d / b and u / b, and the U node's weights of its open
+// and extend moves o a' / g and e u' / g with g = o a' + e u', the shares '
+// of cell (i-1, j) and o = 2^open, e = 2^extend (L alike, from cell (i, j-1)
+// and b, l). 4 exp2 per cell instead of the ~20 exp2 and log2 of AffineCell's
+// log-domain weights, and each node's weights sum to 1 (the rounding of a
+// stored C scales all shares of its cell alike and cancels in the ratios).
+//
+// A pass carries the A and B nodes' adjoints divided by a and b: the
+// adjoint U[i,j] hands to A[i-1,j] is E_U o a' / g, divided by a' it is
+// E_U o / g, and A's weights times it are d E_U o / g and l E_U o / g. So a
+// and b are never divided by (they may underflow to 0 where the U or L node
+// holds the whole cell), and a cell costs 3 divisions: c, and g of U and L.
 //
 // Exact while o and e are normal and not huge: the range rule's gap bound
 // (ProbabilityRange). A share that underflows is negligible next to the
-// others (all are relative to the same Z_C); when every share of the A (or
-// B) node underflows, its weights are 0 instead of 0 / 0: that node then
-// carries ~2^-126 of the cell's mass. The gap weights' denominators do not
-// vanish: a' + u' = c' (about 1), so o a' + e u' >= min(o, e) / 2.
+// others (all are relative to the same Z_C). g does not vanish: a' + u' = c'
+// (about 1), so g >= min(o, e) / 2.
 template <typename A>
 struct AffineShares {
   A start, d, u, l;
   SOFTSW_HD A a() const { return start + d + l; }
   SOFTSW_HD A b() const { return start + d + u; }
-  SOFTSW_HD A c() const { return start + d + u + l; }  // 1 up to rounding
+  SOFTSW_HD A c() const { return start + d + u + l; }
   // A boundary cell (row 0 or column 0): A = B = C = 1, U = L = D = 0.
   SOFTSW_HD static AffineShares boundary() { return {A(1), A(0), A(0), A(0)}; }
 };
@@ -154,36 +160,25 @@ struct AffineProbabilityWeights {
     const Weights<A> w = LinearCell<A, false, Math>::weights(c, d, u, l);
     return {Math::exp2(-c), w.p1, w.p2, w.p3};
   }
-  // num / den for 0 <= num <= den; 0 where den is 0 (every term flushed:
-  // float exp2 gives 0 or at least the smallest normal float).
-  SOFTSW_HD static A share_of(A num, A den) {
-    return num / Math::larger(den, A(std::numeric_limits<float>::min()));
-  }
   // C node: p1 = D, p2 = U, p3 = L.
   SOFTSW_HD static Weights<A> c(const AffineShares<A>& s) {
     const A inv = A(1) / s.c();
     return {s.d * inv, s.u * inv, s.l * inv};
   }
-  // A node: p1 = D, p2 = L.  B node: p1 = D, p2 = U.
-  SOFTSW_HD static PrimeWeights<A> a(const AffineShares<A>& s) {
-    const A den = s.a();
-    return {share_of(s.d, den), share_of(s.l, den)};
+  // U[i,j]'s weights from the shares `up` of (i-1, j), its open weight
+  // divided by up.a() (see above); L[i,j]'s from `left`, of (i, j-1), its
+  // open weight divided by left.b(). open = 2^open_score, extend =
+  // 2^extend_score at (i, j).
+  SOFTSW_HD static GapWeights<A> u_per_a(const AffineShares<A>& up, A open, A extend) {
+    return per_share(open, up.a(), extend * up.u);
   }
-  SOFTSW_HD static PrimeWeights<A> b(const AffineShares<A>& s) {
-    const A den = s.b();
-    return {share_of(s.d, den), share_of(s.u, den)};
+  SOFTSW_HD static GapWeights<A> l_per_b(const AffineShares<A>& left, A open, A extend) {
+    return per_share(open, left.b(), extend * left.l);
   }
-  // U[i,j] from the shares `up` of (i-1, j); L[i,j] from `left`, of (i, j-1).
-  // open = 2^open_score, extend = 2^extend_score at (i, j).
-  SOFTSW_HD static GapWeights<A> u(const AffineShares<A>& up, A open, A extend) {
-    return gap(open * up.a(), extend * up.u);
-  }
-  SOFTSW_HD static GapWeights<A> l(const AffineShares<A>& left, A open, A extend) {
-    return gap(open * left.b(), extend * left.l);
-  }
-  SOFTSW_HD static GapWeights<A> gap(A vo, A ve) {
-    const A inv = A(1) / (vo + ve);
-    return {vo * inv, ve * inv};
+  // {o / g, ve / g} with g = o * share + ve.
+  SOFTSW_HD static GapWeights<A> per_share(A open, A share, A ve) {
+    const A inv = A(1) / (open * share + ve);
+    return {open * inv, ve * inv};
   }
 };
 

@@ -9,7 +9,8 @@
 // shares of the row above (the U node's weights read them, and the next row's
 // pass reuses them) while it carries the adjoints of its own row: the messages
 // to C, A and U from the row below, to B and L from the right neighbour (the
-// node order of reverse.h's reverse_affine).
+// node order of reverse.h's reverse_affine), those to A and B divided by the
+// node's share (3 divisions a cell, probability.h).
 //
 // A lane only counts the cells of its own region (rows 1..mr, cols 1..nr):
 // outside it a cell gets the shares of a boundary cell (all its weights 0)
@@ -50,9 +51,10 @@ struct AffineReverseRows {
   AffineShareRows here, up;  // row i (read), row i - 1 (written)
   const float* open;   // per-cell gap scores of row i (kernel units), GAP_TENSOR only
   const float* extend;
-  const float *in_c, *in_a, *in_u;  // messages into row i from row i + 1
-  float *out_c, *out_a, *out_u;     // ... and out of row i into row i - 1
-  float *grad_s, *grad_o, *grad_e;
+  // Messages into row i from row i + 1 (to A: divided by a, probability.h)
+  const float *in_c, *in_a, *in_u;
+  float *out_c, *out_a, *out_u;  // ... and out of row i into row i - 1
+  float *grad_s, *grad_o, *grad_e;  // grad_o, grad_e: nullptr when not wanted
   bool derive, sweep;
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
 };
@@ -69,8 +71,11 @@ SOFTSW_VINLINE AffineShares<Floats<VL>> load_shares(const AffineShareRows& s, in
 }
 
 template <int VL, bool SOFT, bool GAP_TENSOR>
-SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& r, AffineGapWeights gap,
+SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, AffineGapWeights gap,
                                             int32_t n, int32_t i, const ReverseLanes& ln) {
+  // A local copy: the stores (memcpy) could alias `rows`, whose pointers
+  // would then be reloaded at every column.
+  const AffineReverseRows r = rows;
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -126,25 +131,25 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& r, AffineGa
         o = X::exp2(X::load(r.open + c1));
         e = X::exp2(X::load(r.extend + c1));
       }
+      // ea, eb: the A and B nodes' adjoints divided by a and b (probability.h).
       const Weights<Fl> wc = P::c(here);
-      const PrimeWeights<Fl> wa = P::a(here), wb = P::b(here);
-      const GapWeights<Fl> wu = P::u(up, o, e), wl = P::l(left, o, e);
+      const GapWeights<Fl> wu = P::u_per_a(up, o, e), wl = P::l_per_b(left, o, e);
       const Fl ec = Fl(X::load(r.here.e0 + c)) + X::load(r.in_c + c);
       const Fl ea = X::load(r.in_a + c), eb = right_b[k];
-      const Fl eu = Fl(X::load(r.in_u + c)) + ec * wc.p2 + eb * wb.p2;
-      const Fl el = Fl(right_l[k]) + ec * wc.p3 + ea * wa.p2;
-      const Fl ed = ec * wc.p1 + ea * wa.p1 + eb * wb.p1;
-      const Fl m_uo = eu * wu.open, m_ue = eu * wu.extend;
-      const Fl m_lo = el * wl.open, m_le = el * wl.extend;
+      const Fl eu = Fl(X::load(r.in_u + c)) + ec * wc.p2 + eb * here.u;
+      const Fl el = Fl(right_l[k]) + ec * wc.p3 + ea * here.l;
+      const Fl ed = ec * wc.p1 + (ea + eb) * here.d;
+      const Fl m_ua = eu * wu.open, m_ue = eu * wu.extend;
+      const Fl m_lb = el * wl.open, m_le = el * wl.extend;
       X::store(r.grad_s + c1, gs[k] * ed.v);
-      X::store(r.grad_o + c1, gs[k] * (m_uo + m_lo).v);
-      X::store(r.grad_e + c1, gs[k] * (m_ue + m_le).v);
+      if (r.grad_o) X::store(r.grad_o + c1, gs[k] * (m_ua * up.a() + m_lb * left.b()).v);
+      if (r.grad_e) X::store(r.grad_e + c1, gs[k] * (m_ue + m_le).v);
       // To row i - 1: C[i-1, j] from D[i, j+1] (pending), A and U from U[i, j].
       X::store(r.out_c + c, pend_c[k]);
-      X::store(r.out_a + c, m_uo.v);
+      X::store(r.out_a + c, m_ua.v);
       X::store(r.out_u + c, m_ue.v);
       pend_c[k] = ed.v;
-      right_b[k] = m_lo.v;
+      right_b[k] = m_lb.v;
       right_l[k] = m_le.v;
     }
   }
@@ -309,8 +314,8 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     rows.out_a = out_a;
     rows.out_u = out_u;
     rows.grad_s = os;
-    rows.grad_o = oo;
-    rows.grad_e = oe;
+    rows.grad_o = grad_o ? oo : nullptr;
+    rows.grad_e = grad_e ? oe : nullptr;
     return rows;
   };
   // The shares of row mg first, then each row's pass from the last up.
