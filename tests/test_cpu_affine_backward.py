@@ -148,3 +148,16 @@ def test_deterministic_and_independent_of_the_batch(gen):
     assert torch.equal(g1, grad(S, lengths))
     g_part = grad(S[:9], lengths[:9])
     torch.testing.assert_close(g_part, g1[:9], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_empty_pairs_and_boundary_argmax(gen, reduction):
+    """Empty pairs (zero gradient) and, under "max", pairs whose best cell is
+    the boundary (all scores negative: zero gradient) between pairs of a group."""
+    B, M, N = 20, 11, 16
+    S = randn(gen, B, M, N)
+    S[5] = -abs(S[5]) - 2.0
+    lengths = rand_lengths(gen, B, M, N, allow_empty=True)
+    lengths[3] = torch.tensor([0, 7])
+    lengths[4] = torch.tensor([6, 0])
+    compare(gen, fill_padding(S, lengths, gen), -1.0, -0.5, 1.0, lengths, reduction)
