@@ -84,17 +84,18 @@ ISA_SCRIPT = textwrap.dedent("""
     S = fill_padding(S, lengths, gen)
     Q = fill_padding(torch.round(torch.randn(B, M, N, generator=gen, dtype=torch.float64) * 2),
                      lengths, gen)
-    for T in (1.0, 0.3, 0.0):
+    # Linear and affine gaps (extend dyadic: T = 0 ties exact in every dtype).
+    for T, ext in [(T, ext) for T in (1.0, 0.3, 0.0) for ext in (None, -0.25)]:
         X = Q if T == 0 else S
         for red in ("max", "soft"):
             for dt in ((torch.float32, torch.float16) if T == 1.0 else (torch.float32,)):
                 xd = X.to(dt).requires_grad_(True)
                 x64 = xd.detach().double().requires_grad_(True)
-                a = softsw.align(x64, -0.5, T, lengths=lengths, reduction=red)
-                b = softsw.align(xd, -0.5, T, lengths=lengths, reduction=red)
+                a = softsw.align(x64, -0.5, T, gap_extend=ext, lengths=lengths, reduction=red)
+                b = softsw.align(xd, -0.5, T, gap_extend=ext, lengths=lengths, reduction=red)
                 ga, = torch.autograd.grad(a.sum(), x64)
                 gb, = torch.autograd.grad(b.sum(), xd)
-                what = f"{sys.argv[3]} {dt} T={T} {red}"
+                what = f"{sys.argv[3]} {dt} T={T} extend={ext} {red}"
                 tol = None if dt == torch.float16 else score_tol(dt, M, N)
                 assert_close(b, a, dt, what + " score", tol=tol)
                 tol = None if dt == torch.float16 else grad_tol(dt, M, N, T, a.abs().max().item())
@@ -103,7 +104,8 @@ ISA_SCRIPT = textwrap.dedent("""
                 # exp2 / log2 differ from the vector polynomials in the last bit).
                 for k in range(0, B, 5):
                     m, n = lengths[k].tolist()
-                    one = softsw.align(xd.detach()[k, :m, :n], -0.5, T, reduction=red)
+                    one = softsw.align(xd.detach()[k, :m, :n], -0.5, T, gap_extend=ext,
+                                       reduction=red)
                     assert_close(b[k], one, dt, f"{what} pair {k} alone",
                                  tol=None if dt == torch.float16 else score_tol(dt, M, N))
     print("OK")
@@ -114,7 +116,8 @@ ISA_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx512"])
 def test_cpu_instruction_set_paths(seed, isa):
     """Float32 / float16 against the float64 kernel under each vector ISA cap
-    (a cap above what the CPU has runs the best it has), 7 threads."""
+    (a cap above what the CPU has runs the best it has), 7 threads, linear and
+    affine gaps."""
     here = os.path.dirname(__file__)
     env = dict(os.environ, SOFTSW_CPU_ISA=isa, SOFTSW_NUM_THREADS="7")
     proc = subprocess.run([sys.executable, "-c", ISA_SCRIPT, here, str(seed), isa],
