@@ -7,21 +7,9 @@ import argparse
 import torch
 
 import softsw
+from probe_inference import timed  # dev/ is on the path when run as a script
 
 SHAPES = "16x32x32,1024x128x128,128x900x900,256x512x512,64x1024x1024,8x4096x4096,1x16384x16384"
-
-
-def timed(f, reps):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        f()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
