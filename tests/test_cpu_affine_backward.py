@@ -161,3 +161,39 @@ def test_empty_pairs_and_boundary_argmax(gen, reduction):
     lengths[3] = torch.tensor([0, 7])
     lengths[4] = torch.tensor([6, 0])
     compare(gen, fill_padding(S, lengths, gen), -1.0, -0.5, 1.0, lengths, reduction)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [0.05, 0.3, 1.0])
+def test_double_backward_vs_float64(gen, T, reduction):
+    """The double backward (its affine weights with SIMD along each row from
+    the probability-domain shares when a pair is in range) in float32 against
+    the float64 kernel on the same rounded inputs: per-cell open and extend
+    gaps, padding, a pair out of range (and, at T = 0.05, most of them) in the
+    batch. Tolerances: conftest.grad_tol / hvp_tol."""
+    import softsw
+    from conftest import assert_close, grad_tol, hvp_tol, leaf
+    B, M, N = 7, 21, 26
+    S = randn(gen, B, M, N).float().double()
+    S[2, 3, 4] = 60.0  # out of range
+    lengths = rand_lengths(gen, B, M, N)
+    S = fill_padding(S, lengths, gen)
+    V = randn(gen, B, M, N).float().double()
+    go = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.5).float().double()
+    ge = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) * 0.5).float().double()
+    w = randn(gen, B).float().double()
+    res = []
+    for dt in (torch.float64, torch.float32):
+        ins = [leaf(S.to(dt)), leaf(go.to(dt)), leaf(ge.to(dt))]
+        out = softsw.align(ins[0], ins[1], T, gap_extend=ins[2], lengths=lengths,
+                           reduction=reduction)
+        first = torch.autograd.grad(out, ins, grad_outputs=w.to(dt), create_graph=True)
+        second = torch.autograd.grad((first[0] * V.to(dt)).sum(), ins)
+        res.append(first + second)
+        if dt == torch.float64:
+            scale = out.detach().abs().max().item()
+    names = ["d/d S", "d/d open", "d/d extend", "HVP d/d S", "HVP d/d open", "HVP d/d extend"]
+    for k, (name, a, e) in enumerate(zip(names, res[1], res[0])):
+        tol = (grad_tol if k < 3 else hvp_tol)(torch.float32, M, N, T, scale)
+        assert a.dtype == torch.float32
+        assert_close(a, e, torch.float32, name, tol=tol)

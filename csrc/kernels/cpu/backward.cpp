@@ -53,7 +53,8 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
     if (su.hard)
       reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
     else
-      reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
+      reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc,
+                                      in_probability_range(su, b, m, n, true));
   }
 }
 
@@ -241,8 +242,9 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
         } else {
           const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
           AffineTangents<A> td{sc.tangents.get(5 * cells), nr, cells};
+          const bool in_range = in_probability_range(su, b, m, n, true);
           if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
-          else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc);
+          else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc, in_range);
           if (seed.soft) {
             for (int64_t i = 1; i <= mr; ++i)
               for (int64_t j = 1; j <= nr; ++j)
@@ -253,7 +255,8 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
           }
           seed.sdot = sdot;
           if (!su.hard)
-            reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc);
+            reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc,
+                                           in_range);
         }
         st(ggs, b, sdot);
       });

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "affine_row_weights.h"
 #include "cell.h"
 #include "row_weights.h"
 #include "setup.h"
@@ -238,6 +239,36 @@ AffineWeights<Acc<T>> affine_weights(const PairView<T>& pv, const AffineHidden<T
   return w;
 }
 
+// Cell j's weights from a row of affine_row_weights.h.
+inline AffineWeights<float> affine_weights_of(const AffineRowWeights& rw, int64_t j) {
+  using R = AffineRowWeights;
+  AffineWeights<float> w;
+  w.c = {rw.w[R::kC1][j], rw.w[R::kC2][j], rw.w[R::kC3][j]};
+  w.a = {rw.w[R::kA1][j], rw.w[R::kA2][j]};
+  w.b = {rw.w[R::kB1][j], rw.w[R::kB2][j]};
+  w.u = {rw.w[R::kUo][j], rw.w[R::kUe][j]};
+  w.l = {rw.w[R::kLo][j], rw.w[R::kLe][j]};
+  return w;
+}
+
+// Whether the affine passes of a pair take their weights from
+// affine_row_weights.h: soft, float accumulate, the pair inside the range rule
+// (`in_range`, in_probability_range with gap tensors).
+template <typename T, bool HARD>
+bool affine_row_weights_apply(bool in_range) {
+  return in_range && row_weights_apply<T, HARD>();
+}
+
+// Row i's weights when `rows` (affine_row_weights_apply), else none.
+template <typename T>
+AffineRowWeights affine_row(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t i,
+                            int64_t nr, bool rows, Scratch<Acc<T>>& sc) {
+  AffineRowWeights rw{};
+  if constexpr (std::is_same_v<Acc<T>, float>)
+    if (rows) rw = affine_row_weights(pv, hv.C, hv.U, hv.L, i, nr, sc);
+  return rw;
+}
+
 // Tangents of the affine nodes over the region (row stride nr): planes
 // 0..4 of `tan` = Cdot, Udot, Ldot, Adot, Bdot.
 template <typename A>
@@ -253,16 +284,21 @@ struct AffineTangents {
 template <typename T, bool HARD>
 void tangent_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr, int64_t nr,
                     const T* ws, const T* wo, const T* we, AffineTangents<Acc<T>> td,
-                    Scratch<Acc<T>>& sc) {
+                    Scratch<Acc<T>>& sc, bool in_range = false) {
   using A = Acc<T>;
   const int64_t N = pv.N;
+  const bool rows = affine_row_weights_apply<T, HARD>(in_range);
   AffineRow<A> cur{sc.d_cur.get(nr + 1), sc.ap_cur.get(nr + 1), sc.bp_cur.get(nr + 1)};
   AffineRow<A> up{sc.d_up.get(nr + 1), sc.ap_up.get(nr + 1), sc.bp_up.get(nr + 1)};
-  derive_affine_row<T, HARD>(pv, hv, 0, nr, up);
+  if (!rows) derive_affine_row<T, HARD>(pv, hv, 0, nr, up);
   for (int64_t i = 1; i <= mr; ++i) {
-    derive_affine_row<T, HARD>(pv, hv, i, nr, cur);
+    const AffineRowWeights rw = affine_row(pv, hv, i, nr, rows, sc);
+    if (!rows) derive_affine_row<T, HARD>(pv, hv, i, nr, cur);
     for (int64_t j = 1; j <= nr; ++j) {
-      const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
+      AffineWeights<A> w;
+      if constexpr (std::is_same_v<A, float>)
+        if (rows) w = affine_weights_of(rw, j);
+      if (!rows) w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
       const A dO = dir_at(wo, N, i, j), dE = dir_at(we, N, i, j);
       const A Dd = td.get(0, i - 1, j - 1) + dir_at(ws, N, i, j);
       const A Ud = w.u.open * (td.get(3, i - 1, j) + dO) + w.u.extend * (td.get(1, i - 1, j) + dE);
@@ -281,10 +317,11 @@ template <typename T, bool HARD, bool TAN>
 void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr, int64_t nr,
                     AffineTangents<Acc<T>> td, const T* ws, const T* wo, const T* we,
                     const Seed<Acc<T>>& seed, Acc<T> gs, T* outS, T* outO, T* outE,
-                    Scratch<Acc<T>>& sc) {
+                    Scratch<Acc<T>>& sc, bool in_range = false) {
   using A = Acc<T>;
   const int64_t N = pv.N;
   const A it = seed.inv_t;
+  const bool rows = affine_row_weights_apply<T, HARD>(in_range);
   AffineRow<A> cur{sc.d_cur.get(nr + 1), sc.ap_cur.get(nr + 1), sc.bp_cur.get(nr + 1)};
   AffineRow<A> up{sc.d_up.get(nr + 1), sc.ap_up.get(nr + 1), sc.bp_up.get(nr + 1)};
   // Messages into row i from row i+1 (inX) and into row i-1 (outX):
@@ -296,14 +333,20 @@ void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr
   A *inAd = sc.to_a_dot.in.get(nr + 1), *outAd = sc.to_a_dot.out.get(nr + 1);
   A *inUd = sc.to_u_dot.in.get(nr + 1), *outUd = sc.to_u_dot.out.get(nr + 1);
   for (A* a : {inC, inA, inU, inCd, inAd, inUd}) std::fill(a, a + nr + 1, A(0));
-  derive_affine_row<T, HARD>(pv, hv, mr, nr, cur);
-  derive_affine_row<T, HARD>(pv, hv, mr - 1, nr, up);
+  if (!rows) {
+    derive_affine_row<T, HARD>(pv, hv, mr, nr, cur);
+    derive_affine_row<T, HARD>(pv, hv, mr - 1, nr, up);
+  }
   for (int64_t i = mr; i >= 1; --i) {
     outC[nr] = outCd[nr] = A(0);
     A rB = 0, rL = 0, rBd = 0, rLd = 0;  // messages from L[i,j+1] to B and L of (i,j)
+    const AffineRowWeights rw = affine_row(pv, hv, i, nr, rows, sc);
     for (int64_t j = nr; j >= 1; --j) {
       const int64_t k = (i - 1) * N + (j - 1);
-      const AffineWeights<A> w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
+      AffineWeights<A> w;
+      if constexpr (std::is_same_v<A, float>)
+        if (rows) w = affine_weights_of(rw, j);
+      if (!rows) w = affine_weights<T, HARD>(pv, hv, cur, up, i, j);
       A e0 = A(0);
       if (seed.soft) e0 = CpuMath::exp2(hv.C[k] - seed.total) * seed.scale;
       else if (i == mr && j == nr) e0 = A(1);
@@ -357,7 +400,7 @@ void reverse_affine(const PairView<T>& pv, const AffineHidden<T>& hv, int64_t mr
     std::swap(inAd, outAd);
     std::swap(inUd, outUd);
     std::swap(cur, up);
-    if (i >= 2) derive_affine_row<T, HARD>(pv, hv, i - 2, nr, up);
+    if (i >= 2 && !rows) derive_affine_row<T, HARD>(pv, hv, i - 2, nr, up);
   }
 }
 

@@ -61,13 +61,16 @@
 // Every other pass (float64, T = 0 backward, the affine backward outside the
 // range rule, the double backward, and the affine forward outside the range
 // rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
-// alone in its group of the backward.
+// alone in its group of the backward. The scalar reverse and tangent passes
+// of a float pair at T > 0 take their weights, a row at a time, with SIMD
+// along the row: row_weights.h (linear gaps), affine_row_weights.h (affine
+// gaps, a pair inside the range rule).
 //
 // Files: element.h (dtypes and conversions), thread_pool.h, cell.h (the cells
 // of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
 // choice, rows to and from the lanes), forward.h / forward_simd.h /
 // forward_probability.h / reverse.h / reverse_simd.h /
-// reverse_affine_simd.h (the passes), and the
+// reverse_affine_simd.h / row_weights.h / affine_row_weights.h (the passes), and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
 // header: the set-up every pass shares.
 #pragma once
@@ -214,6 +217,8 @@ struct Scratch {
   // Scalar reverse and tangent passes (float): one row's H, the row above,
   // its scores and gap scores, and its weights and seeds (row_weights.h).
   Buffer<A> row_h, row_h_up, row_s, row_g, row_p1, row_p2, row_p3, row_e0;
+  // The same for affine gaps (affine_row_weights.h): inputs, shares, weights.
+  Buffer<A> affine_rows;
   // SIMD forward: a group's lane-interleaved rows (float lanes only).
   std::vector<float> lanes;
 };
