@@ -208,26 +208,17 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
                           T* grad_e, std::vector<float>& mem) {
   const Problem& p = su.p;
   const int64_t N = su.N, MN = su.MN;
-  ReverseLanes ln;
+  int64_t mg = 0, ng = 0;
+  const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
   const T* S[W] = {};
   GapView<T> go[W], ge[W];
-  int64_t mg = 0, ng = 0;
-  for (int l = 0; l < W; ++l) {
-    const ReversePair q = l < count ? pairs[l] : ReversePair{0, 0, 0, 0.0f, 1.0f, 0.0f};
-    if (l < count) {
-      S[l] = static_cast<const T*>(p.scores) + q.b * MN;
-      go[l] = su.gap(p.gap_open, q.b);
-      ge[l] = su.gap(p.gap_extend, q.b);
-      for (T* g : {grad_s, grad_o, grad_e})
-        if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
-    }
-    ln.mr[l] = static_cast<int32_t>(q.mr);
-    ln.nr[l] = static_cast<int32_t>(q.nr);
-    ln.total[l] = q.total;
-    ln.scale[l] = q.scale;
-    ln.grad[l] = q.grad;
-    mg = std::max(mg, q.mr);
-    ng = std::max(ng, q.nr);
+  for (int l = 0; l < count; ++l) {
+    const ReversePair& q = pairs[l];
+    S[l] = static_cast<const T*>(p.scores) + q.b * MN;
+    go[l] = su.gap(p.gap_open, q.b);
+    ge[l] = su.gap(p.gap_extend, q.b);
+    for (T* g : {grad_s, grad_o, grad_e})
+      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
   }
   const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
   const AffineGapWeights gaps{

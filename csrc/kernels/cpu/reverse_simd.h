@@ -170,6 +170,24 @@ struct ReversePair {
   float total, scale, grad;
 };
 
+// The lanes of a group of `count` pairs (the other lanes idle: region 0), and
+// the group's extents mg, ng: the largest region.
+inline ReverseLanes lanes_of(const ReversePair* pairs, int count, int64_t& mg, int64_t& ng) {
+  ReverseLanes ln;
+  mg = ng = 0;
+  for (int l = 0; l < W; ++l) {
+    const ReversePair q = l < count ? pairs[l] : ReversePair{0, 0, 0, 0.0f, 1.0f, 0.0f};
+    ln.mr[l] = static_cast<int32_t>(q.mr);
+    ln.nr[l] = static_cast<int32_t>(q.nr);
+    ln.total[l] = q.total;
+    ln.scale[l] = q.scale;
+    ln.grad[l] = q.grad;
+    mg = std::max(mg, q.mr);
+    ng = std::max(ng, q.nr);
+  }
+  return ln;
+}
+
 // One group of up to W pairs (regions non-empty), start to finish: writes
 // every entry of the pairs' gradients (zero outside the regions).
 template <typename T>
@@ -178,25 +196,16 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
                           std::vector<float>& mem) {
   const Problem& p = su.p;
   const int64_t N = su.N;
-  ReverseLanes ln;
+  int64_t mg = 0, ng = 0;
+  const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
   const T* S[W] = {};
   GapView<T> gv[W];
-  int64_t mg = 0, ng = 0;
-  for (int l = 0; l < W; ++l) {
-    const ReversePair q = l < count ? pairs[l] : ReversePair{0, 0, 0, 0.0f, 1.0f, 0.0f};
-    if (l < count) {
-      S[l] = static_cast<const T*>(p.scores) + q.b * su.MN;
-      gv[l] = su.gap(p.gap_open, q.b);
-      fill_outside(grad_s + q.b * su.MN, su.M, N, q.mr, q.nr, 0.0f);
-      if (grad_g) fill_outside(grad_g + q.b * su.MN, su.M, N, q.mr, q.nr, 0.0f);
-    }
-    ln.mr[l] = static_cast<int32_t>(q.mr);
-    ln.nr[l] = static_cast<int32_t>(q.nr);
-    ln.total[l] = q.total;
-    ln.scale[l] = q.scale;
-    ln.grad[l] = q.grad;
-    mg = std::max(mg, q.mr);
-    ng = std::max(ng, q.nr);
+  for (int l = 0; l < count; ++l) {
+    const ReversePair& q = pairs[l];
+    S[l] = static_cast<const T*>(p.scores) + q.b * su.MN;
+    gv[l] = su.gap(p.gap_open, q.b);
+    fill_outside(grad_s + q.b * su.MN, su.M, N, q.mr, q.nr, 0.0f);
+    if (grad_g) fill_outside(grad_g + q.b * su.MN, su.M, N, q.mr, q.nr, 0.0f);
   }
   const int64_t stride = (ng + 1) * W;
   mem.assign(static_cast<size_t>(8 * stride + 16), 0.0f);
