@@ -1,12 +1,14 @@
 // The entry points of the backward and the double backward (problem.h): per
 // pair, the region and the seeds, then the passes of reverse.h, or of
-// reverse_simd.h / reverse_affine_simd.h for groups of pairs where they apply.
+// reverse_simd.h / reverse_affine_simd.h / double_backward_simd.h for groups
+// of pairs where they apply.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "../problem.h"
+#include "double_backward_simd.h"
 #include "forward_probability.h"
 #include "reverse.h"
 #include "reverse_affine_simd.h"
@@ -58,6 +60,71 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
   }
 }
 
+#if SOFTSW_CPU_VECTOR
+// The pairs of a batch for the SIMD groups of a reverse pass: those with a
+// non-empty region (affine: inside the range rule of probability.h) in
+// `pairs`, sorted by region so that a group's lanes are alike, the others
+// (empty, invalid, out of range) in `singles` for the scalar passes. `work`:
+// the cells the groups will visit.
+template <typename T>
+void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_score,
+                 std::vector<simd::ReversePair>& pairs, std::vector<int64_t>& singles,
+                 double& work) {
+  const Problem& p = su.p;
+  const float* hidden = static_cast<const float*>(state.hidden);
+  const float* total = static_cast<const float*>(state.total);
+  work = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    int64_t m = 0, n = 0, mr = 0, nr = 0;
+    const float* hid = hidden + b * su.planes * su.MN;
+    if (!su.extents(b, m, n) || !region_of(su, state, b, m, n, hid, mr, nr) || mr == 0 ||
+        nr == 0) {
+      singles.push_back(b);
+      continue;
+    }
+    pairs.push_back(simd::ReversePair{b, mr, nr, PairTotal<float>::load(total, b).value(), 1.0f,
+                                      ld(grad_score, b)});
+    work += double(mr) * nr * su.planes;
+  }
+  if (p.affine && !pairs.empty()) {
+    std::vector<char> in_range(pairs.size(), 0);
+    parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
+      int64_t m = 0, n = 0;
+      su.extents(pairs[k].b, m, n);
+      in_range[k] = in_probability_range(su, pairs[k].b, m, n, true);
+    });
+    std::vector<simd::ReversePair> kept;
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      if (in_range[k]) kept.push_back(pairs[k]);
+      else singles.push_back(pairs[k].b);
+    }
+    pairs.swap(kept);
+  }
+  std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.nr, a.mr) > std::make_pair(b.nr, b.mr);
+  });
+}
+
+// How many groups `pairs` go in: full groups of W, or more (and smaller) when
+// there are more threads than full groups.
+inline int64_t group_count(int64_t pairs, double work) {
+  return pairs == 0 ? 0
+                    : std::max<int64_t>((pairs + simd::W - 1) / simd::W,
+                                        std::min<int64_t>(pairs, thread_count(pairs, work)));
+}
+
+// The soft seeds' normalisation of the pairs lo..hi (seed_scale of reverse.h).
+template <typename T>
+void set_seed_scales(const Setup<T>& su, const float* hidden, simd::ReversePair* pairs, int64_t lo,
+                     int64_t hi) {
+  for (int64_t k = lo; k < hi; ++k) {
+    simd::ReversePair& q = pairs[k];
+    const float z = simd::sum_exp2(hidden + q.b * su.planes * su.MN, su.N, q.mr, q.nr, q.total);
+    q.scale = z > 0.0f ? 1.0f / z : 1.0f;
+  }
+}
+#endif
+
 // The SIMD backward, soft (T > 0), float accumulate: linear gaps
 // (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
 // inside the range rule of probability.h, the other pairs on the scalar
@@ -73,51 +140,15 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
         simd::isa_level() < 0)
       return false;
     const float* hidden = static_cast<const float*>(args.state.hidden);
-    const float* total = static_cast<const float*>(args.state.total);
-    const T* grad_score = static_cast<const T*>(args.grad_score);
     T* gS = static_cast<T*>(args.grad_scores);
     T* gO = static_cast<T*>(args.grad_gap_open);
     T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
-    // Pairs with a non-empty region go to the SIMD groups (affine: when in
-    // range); the others (empty, invalid, out of range) to backward_one.
     std::vector<simd::ReversePair> pairs;
     std::vector<int64_t> singles;
     double work = 0;
-    for (int64_t b = 0; b < p.batch; ++b) {
-      int64_t m = 0, n = 0, mr = 0, nr = 0;
-      const float* hid = hidden + b * su.planes * su.MN;
-      if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr) || mr == 0 ||
-          nr == 0) {
-        singles.push_back(b);
-        continue;
-      }
-      simd::ReversePair q{b, mr, nr, PairTotal<float>::load(total, b).value(), 1.0f,
-                          ld(grad_score, b)};
-      pairs.push_back(q);
-      work += double(mr) * nr * su.planes;
-    }
-    if (p.affine && !pairs.empty()) {
-      std::vector<char> in_range(pairs.size(), 0);
-      parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
-        int64_t m = 0, n = 0;
-        su.extents(pairs[k].b, m, n);
-        in_range[k] = in_probability_range(su, pairs[k].b, m, n, true);
-      });
-      std::vector<simd::ReversePair> kept;
-      for (size_t k = 0; k < pairs.size(); ++k) {
-        if (in_range[k]) kept.push_back(pairs[k]);
-        else singles.push_back(pairs[k].b);
-      }
-      pairs.swap(kept);
-    }
-    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
-      return std::make_pair(a.nr, a.mr) > std::make_pair(b.nr, b.mr);
-    });
+    group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
     const int64_t P = static_cast<int64_t>(pairs.size());
-    const int64_t groups =
-        P == 0 ? 0
-               : std::max<int64_t>((P + simd::W - 1) / simd::W,
-                                   std::min<int64_t>(P, thread_count(P, work)));
+    const int64_t groups = group_count(P, work);
     const bool soft = su.soft_reduction;
     const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
     const simd::ReverseRowFn row =
@@ -130,13 +161,7 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
         return;
       }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      if (soft)
-        for (int64_t k = lo; k < hi; ++k) {
-          simd::ReversePair& q = pairs[k];
-          const float z = simd::sum_exp2(hidden + q.b * su.planes * su.MN, su.N, q.mr, q.nr,
-                                         q.total);
-          q.scale = z > 0.0f ? 1.0f / z : 1.0f;
-        }
+      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi);
       if (hi - lo > 1) {
         if (p.affine)
           simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
@@ -179,13 +204,12 @@ void backward_impl(const Problem& p, const BackwardArgs& args) {
                                 [&](int64_t b, Scratch<Acc<T>>& sc) { backward_one<T>(su, args, b, sc); });
 }
 
+// One pair's double backward on the scalar passes of reverse.h.
 template <typename T>
-void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
+void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int64_t b,
+                         Scratch<Acc<T>>& sc) {
   using A = Acc<T>;
-  const Setup<T> su(p);
-  const A* hidden = static_cast<const A*>(args.state.hidden);
-  const A* total = static_cast<const A*>(args.state.total);
-  const T* grad_score = static_cast<const T*>(args.grad_score);
+  const Problem& p = su.p;
   const T* dS = static_cast<const T*>(args.dir_scores);
   const T* dO = static_cast<const T*>(args.dir_gap_open);
   const T* dE = p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr;
@@ -193,73 +217,131 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
   T* hS = static_cast<T*>(args.hvp_scores);
   T* hO = static_cast<T*>(args.hvp_gap_open);
   T* hE = p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr;
-  parallel_for<Scratch<A>>(
-      p.batch, 2.0 * p.batch * su.MN * su.planes, [&](int64_t b, Scratch<A>& sc) {
-        T* oS = hS + b * su.MN;
-        T* oO = hO ? hO + b * su.MN : nullptr;
-        T* oE = hE ? hE + b * su.MN : nullptr;
-        const T* ws = dS ? dS + b * su.MN : nullptr;
-        const T* wo = dO ? dO + b * su.MN : nullptr;
-        const T* we = dE ? dE + b * su.MN : nullptr;
-        int64_t m = 0, n = 0, mr = 0, nr = 0;
-        const A* hid = hidden + b * su.planes * su.MN;
-        if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
-          st(ggs, b, quiet_nan<A>());
-          for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
-          return;
-        }
-        // The Hessian is zero for T = 0: only <W, A> is needed there.
-        const int64_t keep_r = su.hard ? 0 : mr, keep_c = su.hard ? 0 : nr;
-        for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, keep_r, keep_c, A(0));
-        if (mr == 0 || nr == 0) {
-          st(ggs, b, A(0));
-          return;
-        }
-        const PairView<T> pv = su.pair(b);
-        const A gs = ld(grad_score, b);
-        Seed<A> seed;
-        seed.soft = su.soft_reduction;
-        seed.total = PairTotal<A>::load(total, b).value();
-        if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
-        seed.inv_t = su.inv_t;
-        const int64_t cells = mr * nr;
-        A sdot = A(0);
-        if (!p.affine) {
-          A* hdot = sc.tangents.get(cells);
-          if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot, sc);
-          else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot, sc);
-          if (seed.soft) {
-            for (int64_t i = 1; i <= mr; ++i)
-              for (int64_t j = 1; j <= nr; ++j)
-                sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
-                        hdot[(i - 1) * nr + (j - 1)];
-          } else {
-            sdot = hdot[cells - 1];
-          }
-          seed.sdot = sdot;
-          if (!su.hard)
-            reverse_linear<T, false, true>(pv, mr, nr, hid, hdot, ws, wo, seed, gs, oS, oO, sc);
-        } else {
-          const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
-          AffineTangents<A> td{sc.tangents.get(5 * cells), nr, cells};
-          const bool in_range = in_probability_range(su, b, m, n, true);
-          if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
-          else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc, in_range);
-          if (seed.soft) {
-            for (int64_t i = 1; i <= mr; ++i)
-              for (int64_t j = 1; j <= nr; ++j)
-                sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
-                        td.get(0, i, j);
-          } else {
-            sdot = td.get(0, mr, nr);
-          }
-          seed.sdot = sdot;
-          if (!su.hard)
-            reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc,
-                                           in_range);
-        }
-        st(ggs, b, sdot);
-      });
+  T* oS = hS + b * su.MN;
+  T* oO = hO ? hO + b * su.MN : nullptr;
+  T* oE = hE ? hE + b * su.MN : nullptr;
+  const T* ws = dS ? dS + b * su.MN : nullptr;
+  const T* wo = dO ? dO + b * su.MN : nullptr;
+  const T* we = dE ? dE + b * su.MN : nullptr;
+  int64_t m = 0, n = 0, mr = 0, nr = 0;
+  const A* hid = static_cast<const A*>(args.state.hidden) + b * su.planes * su.MN;
+  if (!su.extents(b, m, n) || !region_of(su, args.state, b, m, n, hid, mr, nr)) {
+    st(ggs, b, quiet_nan<A>());
+    for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, 0, 0, quiet_nan<A>());
+    return;
+  }
+  // The Hessian is zero for T = 0: only <W, A> is needed there.
+  const int64_t keep_r = su.hard ? 0 : mr, keep_c = su.hard ? 0 : nr;
+  for (T* o : {oS, oO, oE}) fill_outside(o, su.M, su.N, keep_r, keep_c, A(0));
+  if (mr == 0 || nr == 0) {
+    st(ggs, b, A(0));
+    return;
+  }
+  const PairView<T> pv = su.pair(b);
+  const A gs = ld(static_cast<const T*>(args.grad_score), b);
+  Seed<A> seed;
+  seed.soft = su.soft_reduction;
+  seed.total = PairTotal<A>::load(static_cast<const A*>(args.state.total), b).value();
+  if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
+  seed.inv_t = su.inv_t;
+  const int64_t cells = mr * nr;
+  A sdot = A(0);
+  if (!p.affine) {
+    A* hdot = sc.tangents.get(cells);
+    if (su.hard) tangent_linear<T, true>(pv, mr, nr, hid, ws, wo, hdot, sc);
+    else tangent_linear<T, false>(pv, mr, nr, hid, ws, wo, hdot, sc);
+    if (seed.soft) {
+      for (int64_t i = 1; i <= mr; ++i)
+        for (int64_t j = 1; j <= nr; ++j)
+          sdot += CpuMath::exp2(hid[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                  hdot[(i - 1) * nr + (j - 1)];
+    } else {
+      sdot = hdot[cells - 1];
+    }
+    seed.sdot = sdot;
+    if (!su.hard)
+      reverse_linear<T, false, true>(pv, mr, nr, hid, hdot, ws, wo, seed, gs, oS, oO, sc);
+  } else {
+    const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
+    AffineTangents<A> td{sc.tangents.get(5 * cells), nr, cells};
+    const bool in_range = in_probability_range(su, b, m, n, true);
+    if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
+    else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc, in_range);
+    if (seed.soft) {
+      for (int64_t i = 1; i <= mr; ++i)
+        for (int64_t j = 1; j <= nr; ++j)
+          sdot += CpuMath::exp2(hv.C[(i - 1) * su.N + (j - 1)] - seed.total) * seed.scale *
+                  td.get(0, i, j);
+    } else {
+      sdot = td.get(0, mr, nr);
+    }
+    seed.sdot = sdot;
+    if (!su.hard)
+      reverse_affine<T, false, true>(pv, hv, mr, nr, td, ws, wo, we, seed, gs, oS, oO, oE, sc,
+                                     in_range);
+  }
+  st(ggs, b, sdot);
+}
+
+// The SIMD double backward (double_backward_simd.h): linear gaps, soft
+// (T > 0), float accumulate, groups of pairs; a lone pair and the pairs with
+// an empty or invalid region on the scalar passes. False when it does not
+// apply (then the scalar passes run).
+template <typename T>
+bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) {
+#if SOFTSW_CPU_VECTOR
+  const Problem& p = su.p;
+  if constexpr (!std::is_same_v<Acc<T>, float>) {
+    return false;
+  } else {
+    if (su.hard || p.affine || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+        simd::isa_level() < 0)
+      return false;
+    const float* hidden = static_cast<const float*>(args.state.hidden);
+    std::vector<simd::ReversePair> pairs;
+    std::vector<int64_t> singles;
+    double work = 0;
+    group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+    work *= 2;  // a tangent and a reverse pass
+    const int64_t P = static_cast<int64_t>(pairs.size());
+    const int64_t groups = group_count(P, work);
+    const simd::TangentRowFns fns = su.soft_reduction ? simd::pick_tangent_rows<true>()
+                                                      : simd::pick_tangent_rows<false>();
+    const simd::TangentIO<T> io{static_cast<const T*>(args.dir_scores),
+                                static_cast<const T*>(args.dir_gap_open),
+                                static_cast<T*>(args.hvp_scores), static_cast<T*>(args.hvp_gap_open),
+                                static_cast<T*>(args.grad_grad_score)};
+    const int64_t items = groups + static_cast<int64_t>(singles.size());
+    parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
+      if (g >= groups) {
+        double_backward_one<T>(su, args, singles[g - groups], sc);
+        return;
+      }
+      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+      if (hi - lo == 1) {  // one busy lane of W is slower than the scalar passes
+        double_backward_one<T>(su, args, pairs[lo].b, sc);
+        return;
+      }
+      if (su.soft_reduction) set_seed_scales(su, hidden, pairs.data(), lo, hi);
+      simd::double_backward_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), fns,
+                                            hidden, io, sc);
+    });
+    return true;
+  }
+#else
+  (void)su;
+  (void)args;
+  return false;
+#endif
+}
+
+template <typename T>
+void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
+  const Setup<T> su(p);
+  if (double_backward_vector<T>(su, args)) return;
+  parallel_for<Scratch<Acc<T>>>(
+      p.batch, 2.0 * p.batch * su.MN * su.planes,
+      [&](int64_t b, Scratch<Acc<T>>& sc) { double_backward_one<T>(su, args, b, sc); });
 }
 
 }  // namespace
