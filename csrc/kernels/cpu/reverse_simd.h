@@ -42,13 +42,16 @@ struct ReverseRows {
   const float* in;
   float* out;
   float* grad_s;
-  float* grad_g;
+  float* grad_g;  // nullptr when not wanted
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
 };
 
 template <int VL, bool SOFT>
-SOFTSW_VINLINE void reverse_row_body(const ReverseRows& r, int32_t n, int32_t i,
+SOFTSW_VINLINE void reverse_row_body(const ReverseRows& rows, int32_t n, int32_t i,
                                      const ReverseLanes& ln) {
+  // A local copy: the stores (memcpy) could alias `rows`, whose pointers
+  // would then be reloaded at every column.
+  const ReverseRows r = rows;
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -87,7 +90,7 @@ SOFTSW_VINLINE void reverse_row_body(const ReverseRows& r, int32_t n, int32_t i,
       const F m2 = E * X::sel(active, w.p2.v, zero);
       const F m3 = E * X::sel(active, w.p3.v, zero);
       X::store(r.grad_s + c1, gs[k] * m1);
-      X::store(r.grad_g + c1, gs[k] * (m2 + m3));
+      if (r.grad_g) X::store(r.grad_g + c1, gs[k] * (m2 + m3));
       X::store(r.out + c, pend[k] + m2);
       pend[k] = m1;
       right[k] = m3;
@@ -265,7 +268,7 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
       if (!gap_const)
         for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
     }
-    const ReverseRows rows{h, h_up, sb, gb, in, out, os, og, &next};
+    const ReverseRows rows{h, h_up, sb, gb, in, out, os, grad_g ? og : nullptr, &next};
     row(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if constexpr (std::is_same_v<T, float>) {
       float* dst[W];
