@@ -9,6 +9,7 @@
 
 #include "../problem.h"
 #include "double_backward_simd.h"
+#include "float_mode.h"
 #include "forward_probability.h"
 #include "reverse.h"
 #include "reverse_affine_simd.h"
@@ -199,6 +200,7 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 template <typename T>
 void backward_impl(const Problem& p, const BackwardArgs& args) {
   const Setup<T> su(p);
+  const FlushSubnormals mode(!su.hard);
   if (backward_vector<T>(su, args)) return;
   parallel_for<Scratch<Acc<T>>>(p.batch, double(p.batch) * su.MN * su.planes,
                                 [&](int64_t b, Scratch<Acc<T>>& sc) { backward_one<T>(su, args, b, sc); });
@@ -338,6 +340,7 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
 template <typename T>
 void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
   const Setup<T> su(p);
+  const FlushSubnormals mode(!su.hard);
   if (double_backward_vector<T>(su, args)) return;
   parallel_for<Scratch<Acc<T>>>(
       p.batch, 2.0 * p.batch * su.MN * su.planes,

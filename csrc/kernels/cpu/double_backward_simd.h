@@ -49,7 +49,7 @@ struct TangentMessages {
   float* out;
   float* out_dot;
   float* hvp_s;
-  float* hvp_g;
+  float* hvp_g;  // nullptr when not wanted
 };
 
 template <int VL>
@@ -79,8 +79,9 @@ SOFTSW_VINLINE TangentCell<VL> tangent_cell(const TangentRows& r, int64_t c,
 // Hdot of row i: Hdot = p1 (Hdot[i-1, j-1] + W_S) + p2 (Hdot[i-1, j] + W_g)
 // + p3 (Hdot[i, j-1] + W_g); with SOFT the seeds' tangent sum too.
 template <int VL, bool SOFT>
-SOFTSW_VINLINE void tangent_row_body(const TangentRows& r, int32_t n, int32_t i,
+SOFTSW_VINLINE void tangent_row_body(const TangentRows& rows, int32_t n, int32_t i,
                                      const ReverseLanes& ln) {
+  const TangentRows r = rows;  // a local copy, as reverse_row_body's
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -119,9 +120,12 @@ SOFTSW_VINLINE void tangent_row_body(const TangentRows& r, int32_t n, int32_t i,
 // Row i of the reverse pass: E and Edot (reverse_linear<TAN> of reverse.h),
 // the messages to row i - 1 and the row's Hessian-vector products.
 template <int VL, bool SOFT>
-SOFTSW_VINLINE void reverse_tangent_row_body(const TangentRows& r, const TangentMessages& msg,
-                                             int32_t n, int32_t i, const ReverseLanes& ln,
+SOFTSW_VINLINE void reverse_tangent_row_body(const TangentRows& rows,
+                                             const TangentMessages& messages, int32_t n,
+                                             int32_t i, const ReverseLanes& ln,
                                              const float* sdot_lanes, float inv_t) {
+  const TangentRows r = rows;  // local copies, as reverse_row_body's
+  const TangentMessages msg = messages;
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -161,7 +165,7 @@ SOFTSW_VINLINE void reverse_tangent_row_body(const TangentRows& r, const Tangent
       const F Ed = e0_dot + X::load(msg.in_dot + c) + right_dot[k];
       const F md1 = Ed * w.p1 + E * d1, md2 = Ed * w.p2 + E * d2, md3 = Ed * w.p3 + E * d3;
       X::store(msg.hvp_s + c1, gs[k] * md1);
-      X::store(msg.hvp_g + c1, gs[k] * (md2 + md3));
+      if (msg.hvp_g) X::store(msg.hvp_g + c1, gs[k] * (md2 + md3));
       X::store(msg.out + c, pend[k] + E * w.p2);
       X::store(msg.out_dot + c, pend_dot[k] + md2);
       pend[k] = E * w.p1;
@@ -363,7 +367,7 @@ void double_backward_linear_group(const Setup<T>& su, const ReversePair* pairs, 
     gather_hdot(i - 1, hd_up);
     gather_inputs(i);
     const TangentRows rows{h, h_up, sb, gb, wsb, wgb, hd_up, hd, nullptr};
-    const TangentMessages msg{in, in_dot, out, out_dot, os, og};
+    const TangentMessages msg{in, in_dot, out, out_dot, os, io.hvp_g ? og : nullptr};
     fns.reverse(rows, msg, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, sdot,
                 static_cast<float>(su.inv_t));
     for (int l = 0; l < count; ++l) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../problem.h"
+#include "float_mode.h"
 #include "forward.h"
 #include "forward_probability.h"
 #include "forward_simd.h"
@@ -83,6 +84,7 @@ template <typename T>
 void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
   const Setup<T> su(p);
+  const FlushSubnormals mode(!su.hard);
   if (out.hidden)
     advise_huge_pages(out.hidden, static_cast<size_t>(p.batch * su.planes * su.MN) * sizeof(A));
   constexpr bool kFloat = std::is_same_v<A, float>;

@@ -1,7 +1,7 @@
 // Batch parallelism of the CPU kernels: work items (pairs, or groups of
 // pairs) are handed out dynamically to std::threads, each with its own
-// scratch. An exception in a worker (bad_alloc) is rethrown on the calling
-// thread.
+// scratch, in the floating-point mode of the calling thread (float_mode.h).
+// An exception in a worker (bad_alloc) is rethrown on the calling thread.
 #pragma once
 
 #include <atomic>
@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "float_mode.h"
 
 namespace softsw::cpu {
 
@@ -27,7 +29,9 @@ void parallel_for(int64_t items, double work, Body&& body) {
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::mutex mutex;
+  const FloatMode mode = FloatMode::current();
   auto worker = [&] {
+    const FloatModeScope in_mode(mode);
     try {
       Work scratch;
       for (int64_t k; (k = next.fetch_add(1)) < items;) body(k, scratch);
