@@ -1,10 +1,12 @@
-"""CPU double backward of linear gaps on SIMD lanes.
+"""CPU double backward on SIMD lanes, linear and affine gaps.
 
 At T > 0 with a float accumulator (float32, float16, bfloat16), the
-Hessian-vector product of linear gaps runs 16 pairs to a SIMD group: a tangent
-pass that keeps each pair's Hdot in its own block, then the reverse pass that
-carries the adjoint and its tangent. A lone pair, an empty pair and a pair
-whose "max" is a boundary zero take the scalar passes, in the same batch.
+Hessian-vector product runs 16 pairs to a SIMD group: a tangent pass that
+keeps each pair's node tangents in its own blocks, then the reverse pass that
+carries the adjoints and their tangents (affine gaps: the pairs inside the
+range rule of probability.h, weights from the probability-domain shares). A
+lone pair, an empty pair and an affine pair out of range take the scalar
+passes, in the same batch.
 These tests hold the first derivatives, the Hessian-vector products (scores
 and per-cell gap scores) and the gradient through the first derivative's
 `grad_outputs` against the float64 kernel on the same rounded inputs: groups
@@ -25,29 +27,35 @@ from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, rand_l
 NAMES = ["d/d S", "d/d gap", "HVP d/d S", "HVP d/d gap", "d/d grad_output"]
 
 
-def first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype):
+def first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype, extend=None):
     """First derivatives of sum_b w_b score_b, then the gradient of
-    <V, dS> + <U, dgap> + <w_dot, w> with respect to S, the gap and w."""
+    <V, dS> + <U, dgap> (+ <-U, dextend>) + <w_dot, w> with respect to S, the
+    gap scores and w. `extend`: None for linear gaps."""
     x = leaf(S.to(dtype))
     g = leaf(gap.to(dtype)) if isinstance(gap, torch.Tensor) else gap
+    e = leaf(extend.to(dtype)) if isinstance(extend, torch.Tensor) else extend
     wt = leaf(w.to(dtype))
-    out = softsw.align(x, g, T, lengths=lengths, reduction=reduction)
-    ins = [x, g] if isinstance(g, torch.Tensor) else [x]
+    out = softsw.align(x, g, T, gap_extend=e, lengths=lengths, reduction=reduction)
+    ins = [x] + [t for t in (g, e) if isinstance(t, torch.Tensor)]
     first = torch.autograd.grad(out, ins, grad_outputs=wt, create_graph=True)
     loss = (first[0] * V.to(dtype)).sum()
-    if len(first) > 1:
-        loss = loss + (first[1] * U.to(dtype)).sum()
+    for k, f in enumerate(first[1:]):
+        loss = loss + (f * U.to(dtype)).sum() * (1 - 2 * k)
     second = torch.autograd.grad(loss, ins + [wt])
     return list(first) + list(second), out.detach().abs().max().item()
 
 
 def compare(gen, B, M, N, T, reduction, gap_tensor, dtype=torch.float32, lengths=None,
-            magnitude=1.0):
+            magnitude=1.0, affine=False):
     if lengths is None:
         lengths = rand_lengths(gen, B, M, N)
     S = fill_padding(randn(gen, B, M, N, scale=magnitude).to(dtype).double(), lengths, gen)
     gap = ((-torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.3).to(dtype).double()
            if gap_tensor else -0.7)
+    extend = None
+    if affine:
+        extend = ((-torch.rand(B, M, N, generator=gen, dtype=torch.float64) * 0.5).to(dtype)
+                  .double() if gap_tensor else -0.3)
     w = (torch.rand(B, generator=gen, dtype=torch.float64) + 0.5).to(dtype).double()
     # Directions with 1e30 in the padding: the Hessian is zero there, and a
     # kernel that read them would return garbage.
@@ -62,10 +70,16 @@ def compare(gen, B, M, N, T, reduction, gap_tensor, dtype=torch.float32, lengths
     if dtype != torch.float32:
         V.clamp_(-1e4, 1e4)
         U.clamp_(-1e4, 1e4)
-    expected, scale = first_and_second(S, gap, T, lengths, reduction, w, V, U, torch.float64)
-    actual, _ = first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype)
-    names = NAMES if gap_tensor else [NAMES[0], NAMES[2], NAMES[4]]
-    firsts = 2 if gap_tensor else 1
+    expected, scale = first_and_second(S, gap, T, lengths, reduction, w, V, U, torch.float64,
+                                       extend)
+    actual, _ = first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype, extend)
+    if not gap_tensor:
+        names = [NAMES[0], NAMES[2], NAMES[4]]
+    elif affine:
+        names = [NAMES[0], NAMES[1], "d/d extend", NAMES[2], NAMES[3], "HVP d/d extend", NAMES[4]]
+    else:
+        names = NAMES
+    firsts = (len(names) - 1) // 2
     for k, (name, a, e) in enumerate(zip(names, actual, expected)):
         assert a.dtype == dtype
         if dtype == torch.float32:
@@ -76,9 +90,10 @@ def compare(gen, B, M, N, T, reduction, gap_tensor, dtype=torch.float32, lengths
     return actual
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("B", [2, 5, 16, 21, 37])
-def test_groups_with_mixed_lengths(gen, B, reduction):
+def test_groups_with_mixed_lengths(gen, B, reduction, affine):
     """Groups of every size (lanes idle, a lone pair on the scalar passes),
     1 x 1 and one-row / one-column pairs next to full ones."""
     M, N = 19, 27
@@ -88,18 +103,27 @@ def test_groups_with_mixed_lengths(gen, B, reduction):
         lengths[2] = torch.tensor([M, 1])
         lengths[3] = torch.tensor([1, N])
     for gap_tensor in (False, True):
-        compare(gen, B, M, N, 1.0, reduction, gap_tensor, lengths=lengths)
+        compare(gen, B, M, N, 1.0, reduction, gap_tensor, lengths=lengths, affine=affine)
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("T", [1e-3, 0.05, 0.3, 1.0, 10.0, 1e3])
-def test_temperatures(gen, T, reduction):
-    compare(gen, 18, 14, 22, T, reduction, gap_tensor=True)
+def test_temperatures(gen, T, reduction, affine):
+    """Affine: small T puts pairs out of the range rule (scalar passes)."""
+    compare(gen, 18, 14, 22, T, reduction, gap_tensor=True, affine=affine)
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_large_scores(gen, reduction):
-    compare(gen, 9, 17, 12, 1.0, reduction, gap_tensor=False, magnitude=30.0)
+def test_large_scores(gen, reduction, affine):
+    """Scores ~30: affine pairs out of the range rule, beside in-range ones."""
+    B, M, N = 9, 17, 12
+    lengths = rand_lengths(gen, B, M, N)
+    compare(gen, B, M, N, 1.0, reduction, gap_tensor=False, magnitude=30.0, affine=affine,
+            lengths=lengths)
+    compare(gen, B, M, N, 4.0, reduction, gap_tensor=True, magnitude=2.0, affine=affine,
+            lengths=lengths)
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
@@ -123,30 +147,34 @@ def test_empty_pairs_and_negative_scores(gen, reduction):
         assert res[1][1][k].abs().max().item() == 0.0
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_half_types(gen, dtype, reduction):
-    compare(gen, 20, 13, 16, 1.0, reduction, gap_tensor=True, dtype=dtype)
+def test_half_types(gen, dtype, reduction, affine):
+    compare(gen, 20, 13, 16, 1.0, reduction, gap_tensor=True, dtype=dtype, affine=affine)
 
 
-def test_deterministic_and_independent_of_the_batch(gen):
-    """The same pair gives the same bits in any group, alone or not, and from
+@pytest.mark.parametrize("extend", [None, -0.2], ids=["linear", "affine"])
+def test_deterministic_and_independent_of_the_batch(gen, extend):
+    """The same pair gives the same bits in any group and any lane, and from
     one call to the next."""
     B, M, N = 21, 16, 20
     lengths = rand_lengths(gen, B, M, N)
     S = fill_padding(randn(gen, B, M, N).float().double(), lengths, gen)
     w = torch.ones(B, dtype=torch.float64)
     V = randn(gen, B, M, N).float().double()
-    a = first_and_second(S, -0.6, 0.8, lengths, "soft", w, V, None, torch.float32)[0]
-    b = first_and_second(S, -0.6, 0.8, lengths, "soft", w, V, None, torch.float32)[0]
+
+    def run(idx):
+        return first_and_second(S[idx], -0.6, 0.8, lengths[idx], "soft", w[idx], V[idx], None,
+                                torch.float32, extend)[0]
+
+    everything = torch.arange(B)
+    a, b = run(everything), run(everything)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
-    # The first 16 pairs, then the same pairs in another order: same values per pair.
+    # The first 16 pairs (one group), then the same pairs in another order.
     perm = torch.randperm(16, generator=gen)
-    c = first_and_second(S[perm], -0.6, 0.8, lengths[perm], "soft", w[:16], V[perm], None,
-                         torch.float32)[0]
-    d = first_and_second(S[:16], -0.6, 0.8, lengths[:16], "soft", w[:16], V[:16], None,
-                         torch.float32)[0]
+    c, d = run(perm), run(torch.arange(16))
     assert torch.equal(c[1], d[1][perm])
     assert torch.equal(c[2], d[2][perm])
 
@@ -158,7 +186,8 @@ ISA_SCRIPT = textwrap.dedent("""
     gen = torch.Generator().manual_seed(int(sys.argv[2]))
     for red in ("max", "soft"):
         for gap_tensor in (False, True):
-            t.compare(gen, 23, 21, 25, 0.7, red, gap_tensor)
+            for affine in (False, True):
+                t.compare(gen, 23, 21, 25, 0.7, red, gap_tensor, affine=affine)
     print("OK")
 """)
 

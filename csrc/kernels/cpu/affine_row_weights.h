@@ -43,6 +43,38 @@ struct AffineRowShares {
   float* up[4];
 };
 
+// A cell's weights in AffineRowWeights' order from its shares (`here`), its
+// left neighbour's (`left`, the L node opens from B there) and the shares of
+// the cell above (`up`, the U node opens from A there); `o`, `e`: the gap
+// weights 2^open, 2^extend at the cell.
+template <int VL>
+SOFTSW_VINLINE void affine_weights_of_shares(const AffineShares<Floats<VL>>& here,
+                                             const AffineShares<Floats<VL>>& left,
+                                             const AffineShares<Floats<VL>>& up, Floats<VL> o,
+                                             Floats<VL> e, Floats<VL>* w) {
+  using Fl = Floats<VL>;
+  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
+  const Weights<Fl> wc = P::c(here);
+  // The A and B nodes' weights: d / a, l / a and d / b, u / b (0 where the
+  // share underflowed to 0: then d, l, u are 0 too).
+  const Fl tiny = std::numeric_limits<float>::min();
+  const Fl ia = Fl(1.0f) / VecMath<VL>::larger(here.a(), tiny);
+  const Fl ib = Fl(1.0f) / VecMath<VL>::larger(here.b(), tiny);
+  const GapWeights<Fl> wu = P::u_per_a(up, o, e), wl = P::l_per_b(left, o, e);
+  using R = AffineRowWeights;
+  w[R::kC1] = wc.p1;
+  w[R::kC2] = wc.p2;
+  w[R::kC3] = wc.p3;
+  w[R::kA1] = here.d * ia;
+  w[R::kA2] = here.l * ia;
+  w[R::kB1] = here.d * ib;
+  w[R::kB2] = here.u * ib;
+  w[R::kUo] = wu.open * up.a();
+  w[R::kUe] = wu.extend;
+  w[R::kLo] = wl.open * left.b();
+  w[R::kLe] = wl.extend;
+}
+
 template <int VL>
 SOFTSW_VINLINE void affine_row_weights_body(const AffineRowInputs& in, int64_t n,
                                             const AffineRowShares& sh, float* const* out) {
@@ -73,7 +105,6 @@ SOFTSW_VINLINE void affine_row_weights_body(const AffineRowInputs& in, int64_t n
   } else {
     shares(in.c_up, in.c_up2, in.s_up, in.u_up, in.l_up, sh.up);
   }
-  const Fl tiny = std::numeric_limits<float>::min();
   for (int64_t j = 1; j <= n; j += VL) {
     auto at = [&](float* const* a, int64_t k) {
       return AffineShares<Fl>{X::load(a[0] + k), X::load(a[1] + k), X::load(a[2] + k),
@@ -81,16 +112,8 @@ SOFTSW_VINLINE void affine_row_weights_body(const AffineRowInputs& in, int64_t n
     };
     const AffineShares<Fl> here = at(sh.here, j), left = at(sh.here, j - 1), up = at(sh.up, j);
     const Fl o = X::exp2(X::load(in.open + j)), e = X::exp2(X::load(in.extend + j));
-    const Weights<Fl> wc = P::c(here);
-    // The A and B nodes' weights: d / a, l / a and d / b, u / b (0 where the
-    // share underflowed to 0: then d, l, u are 0 too).
-    const Fl ia = Fl(1.0f) / VecMath<VL>::larger(here.a(), tiny);
-    const Fl ib = Fl(1.0f) / VecMath<VL>::larger(here.b(), tiny);
-    const GapWeights<Fl> wu = P::u_per_a(up, o, e), wl = P::l_per_b(left, o, e);
-    const Fl v[AffineRowWeights::kCount] = {wc.p1,       wc.p2,          wc.p3,     here.d * ia,
-                                            here.l * ia, here.d * ib,    here.u * ib,
-                                            wu.open * up.a(), wu.extend, wl.open * left.b(),
-                                            wl.extend};
+    Fl v[AffineRowWeights::kCount];
+    affine_weights_of_shares<VL>(here, left, up, o, e, v);
     const auto live = X::load(in.c + j) > ninf;
     for (int k = 0; k < AffineRowWeights::kCount; ++k) X::store(out[k] + j, X::sel(live, v[k].v, zero));
   }

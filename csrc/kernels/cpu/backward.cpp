@@ -1,13 +1,14 @@
 // The entry points of the backward and the double backward (problem.h): per
 // pair, the region and the seeds, then the passes of reverse.h, or of
-// reverse_simd.h / reverse_affine_simd.h / double_backward_simd.h for groups
-// of pairs where they apply.
+// reverse_simd.h / reverse_affine_simd.h / double_backward_simd.h /
+// affine_double_backward_simd.h for groups of pairs where they apply.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "../problem.h"
+#include "affine_double_backward_simd.h"
 #include "double_backward_simd.h"
 #include "float_mode.h"
 #include "forward_probability.h"
@@ -285,10 +286,12 @@ void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int
   st(ggs, b, sdot);
 }
 
-// The SIMD double backward (double_backward_simd.h): linear gaps, soft
-// (T > 0), float accumulate, groups of pairs; a lone pair and the pairs with
-// an empty or invalid region on the scalar passes. False when it does not
-// apply (then the scalar passes run).
+// The SIMD double backward, soft (T > 0), float accumulate: linear gaps
+// (double_backward_simd.h) every pair, affine gaps
+// (affine_double_backward_simd.h) the pairs inside the range rule of
+// probability.h, in groups; a lone pair and the other pairs (empty, invalid,
+// out of range) on the scalar passes. False when it does not apply (then the
+// scalar passes run).
 template <typename T>
 bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
@@ -296,7 +299,7 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
   if constexpr (!std::is_same_v<Acc<T>, float>) {
     return false;
   } else {
-    if (su.hard || p.affine || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+    if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
         simd::isa_level() < 0)
       return false;
     const float* hidden = static_cast<const float*>(args.state.hidden);
@@ -307,12 +310,19 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     work *= 2;  // a tangent and a reverse pass
     const int64_t P = static_cast<int64_t>(pairs.size());
     const int64_t groups = group_count(P, work);
-    const simd::TangentRowFns fns = su.soft_reduction ? simd::pick_tangent_rows<true>()
-                                                      : simd::pick_tangent_rows<false>();
-    const simd::TangentIO<T> io{static_cast<const T*>(args.dir_scores),
-                                static_cast<const T*>(args.dir_gap_open),
-                                static_cast<T*>(args.hvp_scores), static_cast<T*>(args.hvp_gap_open),
-                                static_cast<T*>(args.grad_grad_score)};
+    const bool soft = su.soft_reduction;
+    const simd::TangentRowFns linear =
+        soft ? simd::pick_tangent_rows<true>() : simd::pick_tangent_rows<false>();
+    const simd::AffineTangentRowFns affine =
+        soft ? simd::pick_affine_tangent_rows<true>() : simd::pick_affine_tangent_rows<false>();
+    const simd::TangentIO<T> io{
+        static_cast<const T*>(args.dir_scores),
+        static_cast<const T*>(args.dir_gap_open),
+        p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr,
+        static_cast<T*>(args.hvp_scores),
+        static_cast<T*>(args.hvp_gap_open),
+        p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr,
+        static_cast<T*>(args.grad_grad_score)};
     const int64_t items = groups + static_cast<int64_t>(singles.size());
     parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
       if (g >= groups) {
@@ -324,9 +334,13 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
         double_backward_one<T>(su, args, pairs[lo].b, sc);
         return;
       }
-      if (su.soft_reduction) set_seed_scales(su, hidden, pairs.data(), lo, hi);
-      simd::double_backward_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), fns,
-                                            hidden, io, sc);
+      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi);
+      const int count = static_cast<int>(hi - lo);
+      if (p.affine)
+        simd::affine_double_backward_group<T>(su, pairs.data() + lo, count, affine, hidden, io, sc);
+      else
+        simd::double_backward_linear_group<T>(su, pairs.data() + lo, count, linear, hidden, io,
+                                              sc);
     });
     return true;
   }

@@ -227,9 +227,11 @@ TangentRowFns pick_tangent_rows() {
 template <typename T>
 struct TangentIO {
   const T* dir_s;  // (B, M, N) or nullptr (zero)
-  const T* dir_g;
+  const T* dir_g;  // the gap score's (linear) or the open gap score's (affine)
+  const T* dir_e;  // affine: the extend gap score's
   T* hvp_s;
   T* hvp_g;        // or nullptr: not wanted
+  T* hvp_e;
   T* grad_grad_score;
 };
 

@@ -58,11 +58,14 @@
 //   backward, linear gaps, T > 0: reverse_simd.h;
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
 //     per-cell gaps): the probability-domain weights (reverse_affine_simd.h);
-//   double backward, linear gaps, T > 0: double_backward_simd.h.
-// Every other pass (float64, T = 0 backward, the affine backward outside the
-// range rule, the affine double backward, and the affine forward outside the
-// range rule) is the scalar cell loop of forward.h and reverse.h; so is a
-// pair alone in its group of the backward or the double backward. The scalar reverse and tangent passes
+//   double backward, linear gaps, T > 0: double_backward_simd.h;
+//   double backward, affine gaps, T > 0, a pair inside the range rule:
+//     affine_double_backward_simd.h.
+// Every other pass (float64, T = 0 backward, the affine backward and double
+// backward outside the range rule, and the affine forward outside the range
+// rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
+// alone in its group of the backward or the double backward. The soft passes
+// run with subnormal numbers flushed to zero (float_mode.h). The scalar reverse and tangent passes
 // of a float pair at T > 0 take their weights, a row at a time, with SIMD
 // along the row: row_weights.h (linear gaps), affine_row_weights.h (affine
 // gaps, a pair inside the range rule).
@@ -71,8 +74,9 @@
 // of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
 // choice, rows to and from the lanes), forward.h / forward_simd.h /
 // forward_probability.h / reverse.h / reverse_simd.h /
-// reverse_affine_simd.h / double_backward_simd.h / row_weights.h /
-// affine_row_weights.h (the passes), and the
+// reverse_affine_simd.h / double_backward_simd.h /
+// affine_double_backward_simd.h / row_weights.h / affine_row_weights.h (the
+// passes), float_mode.h, and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
 // header: the set-up every pass shares.
 #pragma once

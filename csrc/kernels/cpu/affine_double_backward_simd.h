@@ -1,0 +1,541 @@
+// The SIMD double backward of affine gaps (soft, float accumulate, pairs
+// inside the range rule of probability.h): tangent_affine and
+// reverse_affine<TAN> of reverse.h on SIMD lanes, one lane per pair, groups of
+// W = 16 pairs, as the linear double backward (double_backward_simd.h).
+//
+// Weights. Each row's shares (AffineShares, probability.h: the cell's nodes
+// relative to its C, 4 exp2 from the C, U, L the forward kept) are derived
+// once per pass and kept for the row below (tangent pass) or above (reverse
+// pass); a cell's 11 weights are ratios of its shares, its left neighbour's
+// and the shares of the cell above (affine_weights_of_shares, the formulas
+// of affine_row_weights.h). A lane only counts the cells of its region: out
+// of it, and at a C the forward flushed to -inf, the weights are 0 and the
+// shares a boundary cell's.
+//
+// Tangents. The tangent pass writes the five node tangents (C, U, L, A, B) of
+// each row, kept per pair in five (mr, nr) blocks for the reverse pass.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../probability.h"
+#include "affine_row_weights.h"
+#include "double_backward_simd.h"
+#include "setup.h"
+#include "simd.h"
+
+#if SOFTSW_CPU_VECTOR
+namespace softsw::cpu::simd {
+
+// The shares of one row and its C, lane-interleaved (col j at j * W, col 0 the
+// boundary: start 1, the others 0).
+struct AffineShareRow {
+  float *start, *d, *u, *l, *c;
+};
+
+// The node tangents of one row at j * W (col 0: 0).
+struct AffineTangentRow {
+  float *c, *u, *l, *a, *b;
+};
+
+// The inputs of a row's shares: C of the row above at j * W, U and L of the
+// row at j * W, its scores (kernel units) at (j - 1) * W; the row's C is
+// already in the share row.
+struct AffineShareInputs {
+  const float *c_up, *u, *l, *s;
+};
+
+// One row of a pass: shares of the row and of the row above, gap weights
+// (2^open, 2^extend) and directions of the row at (j - 1) * W, tangents of the
+// row and of the row above.
+struct AffineTangentRows {
+  AffineShareRow here, up;
+  const float *open, *extend;
+  const float *dir_s, *dir_o, *dir_e;
+  AffineTangentRow t, t_up;
+  float* sdot;  // tangent pass, soft: W per-lane sums of e0 * Cdot, accumulated
+};
+
+// The reverse pass's messages into the row (to C, A, U from the row below and
+// their tangents), out of it, and the row's Hessian-vector products at
+// (j - 1) * W (nullptr: not wanted).
+struct AffineTangentMessages {
+  const float *in_c, *in_a, *in_u, *in_cd, *in_ad, *in_ud;
+  float *out_c, *out_a, *out_u, *out_cd, *out_ad, *out_ud;
+  float *hvp_s, *hvp_o, *hvp_e;
+};
+
+template <int VL>
+SOFTSW_VINLINE AffineShares<Floats<VL>> share_at(const AffineShareRow& r, int64_t c) {
+  using X = V<VL>;
+  return {X::load(r.start + c), X::load(r.d + c), X::load(r.u + c), X::load(r.l + c)};
+}
+
+// Row `row`'s shares: a cell out of its lane's region or with C = -inf gets a
+// boundary cell's.
+template <int VL>
+SOFTSW_VINLINE void affine_share_row_body(const AffineShareInputs& in, const AffineShareRow& out,
+                                          int32_t n, int32_t row, const ReverseLanes& ln) {
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  using Fl = Floats<VL>;
+  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
+  constexpr int K = W / VL;
+  const F zero = X::splat(0.0f), one = X::splat(1.0f), ninf = X::splat(-kInf<float>);
+  const I rv = X::splati(row);
+  I rowok[K], nr[K];
+  for (int k = 0; k < K; ++k) {
+    rowok[k] = rv <= X::loadi(ln.mr + k * VL);
+    nr[k] = X::loadi(ln.nr + k * VL);
+  }
+  for (int32_t j = 1; j <= n; ++j) {
+    const I jv = X::splati(j);
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const F cc = X::load(out.c + c);
+      const AffineShares<Fl> sh = P::shares(cc, X::load(in.c_up + c1) + X::load(in.s + c1),
+                                            X::load(in.u + c), X::load(in.l + c));
+      const I ok = rowok[k] & (jv <= nr[k]) & (cc > ninf);
+      X::store(out.start + c, X::sel(ok, sh.start.v, one));
+      X::store(out.d + c, X::sel(ok, sh.d.v, zero));
+      X::store(out.u + c, X::sel(ok, sh.u.v, zero));
+      X::store(out.l + c, X::sel(ok, sh.l.v, zero));
+    }
+  }
+}
+
+// The weights of cell (i, j) of the k-th vector of lanes (0 where !ok).
+template <int VL>
+SOFTSW_VINLINE void affine_lane_weights(const AffineTangentRows& r, int64_t c,
+                                        typename V<VL>::I ok, Floats<VL>* w) {
+  using X = V<VL>;
+  const int64_t c1 = c - W;
+  affine_weights_of_shares<VL>(share_at<VL>(r.here, c), share_at<VL>(r.here, c1),
+                               share_at<VL>(r.up, c), X::load(r.open + c1),
+                               X::load(r.extend + c1), w);
+  const auto zero = X::splat(0.0f);
+  for (int q = 0; q < AffineRowWeights::kCount; ++q) w[q] = X::sel(ok, w[q].v, zero);
+}
+
+// Whether cell (i, j) of the k-th vector of lanes counts: in the lane's
+// region, C not flushed.
+template <int VL>
+SOFTSW_VINLINE typename V<VL>::I affine_cell_ok(const AffineShareRow& here, int64_t c,
+                                                typename V<VL>::I rowok, typename V<VL>::I in_row) {
+  using X = V<VL>;
+  return rowok & in_row & (X::load(here.c + c) > X::splat(-kInf<float>));
+}
+
+// The node tangents of row i (tangent_affine of reverse.h).
+template <int VL, bool SOFT>
+SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32_t n, int32_t i,
+                                            const ReverseLanes& ln) {
+  const AffineTangentRows r = rows;  // a local copy, as reverse_row_body's
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  using Fl = Floats<VL>;
+  using R = AffineRowWeights;
+  constexpr int K = W / VL;
+  const F zero = X::splat(0.0f);
+  const I iv = X::splati(i);
+  I rowok[K], nr[K];
+  F b_left[K], l_left[K], total[K], scale[K], sdot[K];
+  for (int k = 0; k < K; ++k) {
+    rowok[k] = iv <= X::loadi(ln.mr + k * VL);
+    nr[k] = X::loadi(ln.nr + k * VL);
+    b_left[k] = l_left[k] = zero;
+    total[k] = X::load(ln.total + k * VL);
+    scale[k] = X::load(ln.scale + k * VL);
+    sdot[k] = X::load(r.sdot + k * VL);
+  }
+  for (int32_t j = 1; j <= n; ++j) {
+    const I jv = X::splati(j);
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
+      Fl w[R::kCount];
+      affine_lane_weights<VL>(r, c, ok, w);
+      const F d_open = X::load(r.dir_o + c1), d_ext = X::load(r.dir_e + c1);
+      const F dd = X::load(r.t_up.c + c1) + X::load(r.dir_s + c1);
+      const F ud = w[R::kUo].v * (X::load(r.t_up.a + c) + d_open) +
+                   w[R::kUe].v * (X::load(r.t_up.u + c) + d_ext);
+      const F ld = w[R::kLo].v * (b_left[k] + d_open) + w[R::kLe].v * (l_left[k] + d_ext);
+      const F cd = X::sel(ok, w[R::kC1].v * dd + w[R::kC2].v * ud + w[R::kC3].v * ld, zero);
+      const F ad = X::sel(ok, w[R::kA1].v * dd + w[R::kA2].v * ld, zero);
+      const F bd = X::sel(ok, w[R::kB1].v * dd + w[R::kB2].v * ud, zero);
+      const F um = X::sel(ok, ud, zero), lm = X::sel(ok, ld, zero);
+      X::store(r.t.c + c, cd);
+      X::store(r.t.u + c, um);
+      X::store(r.t.l + c, lm);
+      X::store(r.t.a + c, ad);
+      X::store(r.t.b + c, bd);
+      b_left[k] = bd;
+      l_left[k] = lm;
+      if constexpr (SOFT)
+        sdot[k] += X::sel(ok, X::exp2(X::load(r.here.c + c) - total[k]) * scale[k], zero) * cd;
+    }
+  }
+  for (int k = 0; k < K; ++k) X::store(r.sdot + k * VL, sdot[k]);
+}
+
+// Row i of the reverse pass (reverse_affine<TAN> of reverse.h): the
+// adjoints and their tangents, the messages to row i - 1, the row's
+// Hessian-vector products.
+template <int VL, bool SOFT>
+SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& rows,
+                                                    const AffineTangentMessages& messages,
+                                                    int32_t n, int32_t i, const ReverseLanes& ln,
+                                                    const float* sdot_lanes, float inv_t) {
+  const AffineTangentRows r = rows;  // local copies, as reverse_row_body's
+  const AffineTangentMessages msg = messages;
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  using Fl = Floats<VL>;
+  using R = AffineRowWeights;
+  constexpr int K = W / VL;
+  const F zero = X::splat(0.0f), it = X::splat(inv_t);
+  const I iv = X::splati(i);
+  I rowok[K], corner_row[K], nr[K];
+  F total[K], scale[K], gs[K], sdot[K];
+  F r_b[K], r_l[K], r_bd[K], r_ld[K], pend_c[K], pend_cd[K];
+  for (int k = 0; k < K; ++k) {
+    const I mr = X::loadi(ln.mr + k * VL);
+    rowok[k] = iv <= mr;
+    corner_row[k] = iv == mr;
+    nr[k] = X::loadi(ln.nr + k * VL);
+    total[k] = X::load(ln.total + k * VL);
+    scale[k] = X::load(ln.scale + k * VL);
+    gs[k] = X::load(ln.grad + k * VL);
+    sdot[k] = X::load(sdot_lanes + k * VL);
+    r_b[k] = r_l[k] = r_bd[k] = r_ld[k] = pend_c[k] = pend_cd[k] = zero;
+  }
+  for (int32_t j = n; j >= 1; --j) {
+    const I jv = X::splati(j);
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
+      Fl wv[R::kCount];
+      affine_lane_weights<VL>(r, c, ok, wv);
+      F w[R::kCount];
+      for (int q = 0; q < R::kCount; ++q) w[q] = wv[q].v;
+      F e0;
+      if constexpr (SOFT)
+        e0 = X::sel(ok, X::exp2(X::load(r.here.c + c) - total[k]) * scale[k], zero);
+      else
+        e0 = X::sel(corner_row[k] & (jv == nr[k]), X::splat(1.0f), zero);
+      // The adjoints (reverse_affine of reverse.h).
+      const F ec = e0 + X::load(msg.in_c + c), ea = X::load(msg.in_a + c), eb = r_b[k];
+      const F eu = X::load(msg.in_u + c) + ec * w[R::kC2] + eb * w[R::kB2];
+      const F el = r_l[k] + ec * w[R::kC3] + ea * w[R::kA2];
+      const F ed = ec * w[R::kC1] + ea * w[R::kA1] + eb * w[R::kB1];
+      // The weights' tangents.
+      const F cd = X::load(r.t.c + c), ud = X::load(r.t.u + c), ld = X::load(r.t.l + c);
+      const F ad = X::load(r.t.a + c), bd = X::load(r.t.b + c);
+      const F d_open = X::load(r.dir_o + c1), d_ext = X::load(r.dir_e + c1);
+      const F dd = X::load(r.t_up.c + c1) + X::load(r.dir_s + c1);
+      const F c1d = w[R::kC1] * (dd - cd) * it, c2d = w[R::kC2] * (ud - cd) * it;
+      const F c3d = w[R::kC3] * (ld - cd) * it;
+      const F a1d = w[R::kA1] * (dd - ad) * it, a2d = w[R::kA2] * (ld - ad) * it;
+      const F b1d = w[R::kB1] * (dd - bd) * it, b2d = w[R::kB2] * (ud - bd) * it;
+      const F uod = w[R::kUo] * (X::load(r.t_up.a + c) + d_open - ud) * it;
+      const F ued = w[R::kUe] * (X::load(r.t_up.u + c) + d_ext - ud) * it;
+      const F lod = w[R::kLo] * (X::load(r.t.b + c1) + d_open - ld) * it;
+      const F led = w[R::kLe] * (X::load(r.t.l + c1) + d_ext - ld) * it;
+      // The adjoints' tangents.
+      F e0d = zero;
+      if constexpr (SOFT) e0d = e0 * (cd - sdot[k]) * it;
+      const F ecd = e0d + X::load(msg.in_cd + c), ead = X::load(msg.in_ad + c), ebd = r_bd[k];
+      const F eud = X::load(msg.in_ud + c) + ecd * w[R::kC2] + ec * c2d + ebd * w[R::kB2] +
+                    eb * b2d;
+      const F eld = r_ld[k] + ecd * w[R::kC3] + ec * c3d + ead * w[R::kA2] + ea * a2d;
+      // Out of the region (and at a flushed C) every message is 0, whatever
+      // the directions there.
+      const F edd = X::sel(ok, ecd * w[R::kC1] + ec * c1d + ead * w[R::kA1] + ea * a1d +
+                                   ebd * w[R::kB1] + eb * b1d,
+                           zero);
+      const F m_uo = X::sel(ok, eud * w[R::kUo] + eu * uod, zero);
+      const F m_ue = X::sel(ok, eud * w[R::kUe] + eu * ued, zero);
+      const F m_lo = X::sel(ok, eld * w[R::kLo] + el * lod, zero);
+      const F m_le = X::sel(ok, eld * w[R::kLe] + el * led, zero);
+      X::store(msg.hvp_s + c1, gs[k] * edd);
+      if (msg.hvp_o) X::store(msg.hvp_o + c1, gs[k] * (m_uo + m_lo));
+      if (msg.hvp_e) X::store(msg.hvp_e + c1, gs[k] * (m_ue + m_le));
+      // To row i - 1: C[i-1, j] from D[i, j+1] (pending), A and U from U[i, j].
+      X::store(msg.out_c + c, pend_c[k]);
+      X::store(msg.out_cd + c, pend_cd[k]);
+      X::store(msg.out_a + c, eu * w[R::kUo]);
+      X::store(msg.out_u + c, eu * w[R::kUe]);
+      X::store(msg.out_ad + c, m_uo);
+      X::store(msg.out_ud + c, m_ue);
+      pend_c[k] = ed;
+      pend_cd[k] = edd;
+      r_b[k] = el * w[R::kLo];
+      r_l[k] = el * w[R::kLe];
+      r_bd[k] = m_lo;
+      r_ld[k] = m_le;
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    X::store(msg.out_c + k * VL, pend_c[k]);
+    X::store(msg.out_cd + k * VL, pend_cd[k]);
+  }
+}
+
+// The row kernels of one instruction set and reduction.
+struct AffineTangentRowFns {
+  void (*shares)(const AffineShareInputs&, const AffineShareRow&, int32_t, int32_t,
+                 const ReverseLanes&);
+  void (*tangent)(const AffineTangentRows&, int32_t, int32_t, const ReverseLanes&);
+  void (*reverse)(const AffineTangentRows&, const AffineTangentMessages&, int32_t, int32_t,
+                  const ReverseLanes&, const float*, float);
+};
+
+#define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL)                                              \
+  template <bool SOFT>                                                                            \
+  struct NAME {                                                                                   \
+    TARGET static void shares(const AffineShareInputs& in, const AffineShareRow& out, int32_t n,  \
+                              int32_t row, const ReverseLanes& ln) {                              \
+      affine_share_row_body<VL>(in, out, n, row, ln);                                             \
+    }                                                                                             \
+    TARGET static void tangent(const AffineTangentRows& r, int32_t n, int32_t i,                  \
+                               const ReverseLanes& ln) {                                          \
+      affine_tangent_row_body<VL, SOFT>(r, n, i, ln);                                             \
+    }                                                                                             \
+    TARGET static void reverse(const AffineTangentRows& r, const AffineTangentMessages& m,        \
+                               int32_t n, int32_t i, const ReverseLanes& ln, const float* sdot,   \
+                               float inv_t) {                                                     \
+      affine_reverse_tangent_row_body<VL, SOFT>(r, m, n, i, ln, sdot, inv_t);                     \
+    }                                                                                             \
+    static AffineTangentRowFns fns() { return {&shares, &tangent, &reverse}; }                    \
+  };
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4)
+#if defined(__x86_64__)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, __attribute__((target("avx2,fma"))), 8)
+#endif
+#undef SOFTSW_AFFINE_TANGENT_ROWS
+
+// AVX2 for AVX-512 too: 512-bit vectors measured no faster (simd.h).
+template <bool SOFT>
+AffineTangentRowFns pick_affine_tangent_rows() {
+#if defined(__x86_64__)
+  if (isa_level() >= 1) return AffineTangentRowsAvx2<SOFT>::fns();
+#endif
+  return AffineTangentRowsBaseline<SOFT>::fns();
+}
+
+// One group of up to W pairs (regions non-empty, soft T > 0, inside the range
+// rule), start to finish: every entry of the pairs' Hessian-vector products
+// (zero outside the regions) and their grad_grad_score.
+template <typename T>
+void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, int count,
+                                  const AffineTangentRowFns& fns, const float* hidden,
+                                  const TangentIO<T>& io, Scratch<float>& sc) {
+  const Problem& p = su.p;
+  const int64_t N = su.N, MN = su.MN;
+  int64_t mg = 0, ng = 0;
+  const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
+  const T* S[W] = {};
+  const T* dir_s[W] = {};
+  const T* dir_o[W] = {};
+  const T* dir_e[W] = {};
+  const float* hid[W] = {};
+  GapView<T> go[W], ge[W];
+  int64_t lane_nr[W], tan_at[W];
+  int64_t cells = 0;
+  for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
+  for (int l = 0; l < count; ++l) {
+    const ReversePair& q = pairs[l];
+    S[l] = static_cast<const T*>(p.scores) + q.b * MN;
+    if (io.dir_s) dir_s[l] = io.dir_s + q.b * MN;
+    if (io.dir_g) dir_o[l] = io.dir_g + q.b * MN;
+    if (io.dir_e) dir_e[l] = io.dir_e + q.b * MN;
+    hid[l] = hidden + q.b * su.planes * MN;
+    go[l] = su.gap(p.gap_open, q.b);
+    ge[l] = su.gap(p.gap_extend, q.b);
+    for (T* g : {io.hvp_s, io.hvp_g, io.hvp_e})
+      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
+    tan_at[l] = cells;
+    cells += q.mr * q.nr;
+  }
+  // Each pair's five tangent blocks: plane k of lane l at tan_at[l] * 5 + k * mr * nr.
+  float* tan_store = sc.tangents.get(5 * cells);
+
+  const int64_t stride = (ng + 1) * W;
+  constexpr int kRows = 4 + 2 * 5 + 2 + 3 + 2 * 5 + 12 + 3;
+  std::vector<float>& mem = sc.lanes;
+  mem.assign(static_cast<size_t>(kRows * stride + 16), 0.0f);
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float* next = base;
+  auto take = [&]() {
+    float* a = next;
+    next += stride;
+    return a;
+  };
+  float *g_c_up = take(), *g_u = take(), *g_l = take(), *g_s = take();
+  AffineShareRow here{take(), take(), take(), take(), take()};
+  AffineShareRow up{take(), take(), take(), take(), take()};
+  float *open = take(), *extend = take();
+  float *ws = take(), *wo = take(), *we = take();
+  AffineTangentRow t{take(), take(), take(), take(), take()};
+  AffineTangentRow t_up{take(), take(), take(), take(), take()};
+  float *in[6], *out[6];
+  for (int k = 0; k < 6; ++k) in[k] = take();
+  for (int k = 0; k < 6; ++k) out[k] = take();
+  float *os = take(), *oo = take(), *oe = take();
+  for (const AffineShareRow& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+
+  // Plane `plane` of row r (1-based; 0: the boundary, C = 0) into `dst` at
+  // j * W, cols 1..nr of each lane whose region has row r.
+  auto gather_node = [&](int plane, int64_t r, float* dst) {
+    if (r == 0) {
+      std::fill(dst + W, dst + stride, 0.0f);
+      return;
+    }
+    const float* src[W] = {};
+    for (int l = 0; l < count; ++l)
+      if (r <= pairs[l].mr) src[l] = hid[l] + plane * MN + (r - 1) * N;
+    interleave_rows(dst + W, src, lane_nr, count, 1.0f);
+  };
+  // Row r of each lane's `src` (nullptr: skipped) into `dst` at (j - 1) * W,
+  // times `scale`; lanes without row r get 0.
+  auto gather = [&](const T* const* src, int64_t r, float scale, float* dst) {
+    const T* row[W] = {};
+    for (int l = 0; l < count; ++l) {
+      if (src[l] && r <= pairs[l].mr) {
+        row[l] = src[l] + (r - 1) * N;
+      } else {
+        for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = 0.0f;
+      }
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      interleave_rows(dst, row, lane_nr, count, scale);
+    } else {
+      for (int l = 0; l < count; ++l)
+        if (row[l])
+          for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = ld(row[l], j) * scale;
+    }
+  };
+  // Row r's shares into `sh` (row 0: the boundary's).
+  auto shares = [&](int64_t r, const AffineShareRow& sh) {
+    if (r == 0) {
+      std::fill(sh.start + W, sh.start + stride, 1.0f);
+      for (float* a : {sh.d, sh.u, sh.l, sh.c}) std::fill(a + W, a + stride, 0.0f);
+      return;
+    }
+    gather_node(0, r, sh.c);
+    gather_node(0, r - 1, g_c_up);
+    gather_node(1, r, g_u);
+    gather_node(2, r, g_l);
+    gather(S, r, su.beta, g_s);
+    fns.shares(AffineShareInputs{g_c_up, g_u, g_l, g_s}, sh, static_cast<int32_t>(ng),
+               static_cast<int32_t>(r), ln);
+  };
+  const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
+  if (!gap_tensor) {
+    std::fill(open, open + ng * W, CpuMath::exp2(static_cast<float>(go[0].value)));
+    std::fill(extend, extend + ng * W, CpuMath::exp2(static_cast<float>(ge[0].value)));
+  }
+  // Row i's gap weights and directions.
+  auto inputs = [&](int64_t i) {
+    if (gap_tensor)
+      for (int l = 0; l < count; ++l) {
+        if (i > pairs[l].mr) continue;
+        for (int64_t j = 0; j < lane_nr[l]; ++j) {
+          open[j * W + l] = CpuMath::exp2(static_cast<float>(go[l].at(i, j + 1)));
+          extend[j * W + l] = CpuMath::exp2(static_cast<float>(ge[l].at(i, j + 1)));
+        }
+      }
+    gather(dir_s, i, 1.0f, ws);
+    gather(dir_o, i, 1.0f, wo);
+    gather(dir_e, i, 1.0f, we);
+  };
+  // Row r of every tangent plane to or from each lane's blocks.
+  auto tangent_rows = [&](int64_t r, int plane, float** rows) {
+    for (int l = 0; l < count; ++l) {
+      const int64_t mr = pairs[l].mr, nr = lane_nr[l];
+      rows[l] = r >= 1 && r <= mr ? tan_store + 5 * tan_at[l] + plane * mr * nr + (r - 1) * nr
+                                  : nullptr;
+    }
+  };
+  auto planes_of = [](const AffineTangentRow& tr) {
+    return std::array<float*, 5>{tr.c, tr.u, tr.l, tr.a, tr.b};
+  };
+  auto load_tangents = [&](int64_t r, const AffineTangentRow& tr) {
+    const auto planes = planes_of(tr);
+    for (int k = 0; k < 5; ++k) {
+      std::fill(planes[k] + W, planes[k] + stride, 0.0f);
+      if (r == 0) continue;
+      float* rows[W] = {};
+      tangent_rows(r, k, rows);
+      const float* src[W];
+      for (int l = 0; l < W; ++l) src[l] = rows[l];
+      interleave_rows(planes[k] + W, src, lane_nr, count, 1.0f);
+    }
+  };
+  alignas(64) float sdot[W] = {};
+
+  // Tangent pass, first row down.
+  shares(0, up);
+  for (int64_t i = 1; i <= mg; ++i) {
+    shares(i, here);
+    inputs(i);
+    const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, sdot};
+    fns.tangent(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    const auto planes = planes_of(t);
+    for (int k = 0; k < 5; ++k) {
+      float* dst[W] = {};
+      tangent_rows(i, k, dst);
+      deinterleave_rows(dst, planes[k] + W, lane_nr, count);
+    }
+    std::swap(here, up);
+    std::swap(t, t_up);
+  }
+  // grad_grad_score = <W, P>: the seeds' tangent (soft), or Cdot at the
+  // region's corner (max).
+  for (int l = 0; l < count; ++l) {
+    const ReversePair& q = pairs[l];
+    if (!su.soft_reduction) sdot[l] = tan_store[5 * tan_at[l] + q.mr * q.nr - 1];
+    st(io.grad_grad_score, q.b, sdot[l]);
+  }
+
+  // Reverse pass, last row up.
+  for (float* a : in) std::fill(a, a + stride, 0.0f);
+  shares(mg, here);
+  load_tangents(mg, t);
+  for (int64_t i = mg; i >= 1; --i) {
+    shares(i - 1, up);
+    load_tangents(i - 1, t_up);
+    inputs(i);
+    const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, nullptr};
+    const AffineTangentMessages msg{in[0],  in[1],  in[2],  in[3],
+                                    in[4],  in[5],  out[0], out[1],
+                                    out[2], out[3], out[4], out[5],
+                                    os,     io.hvp_g ? oo : nullptr, io.hvp_e ? oe : nullptr};
+    fns.reverse(rows, msg, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, sdot,
+                static_cast<float>(su.inv_t));
+    const std::pair<T*, const float*> outs[] = {{io.hvp_s, os}, {io.hvp_g, oo}, {io.hvp_e, oe}};
+    for (const auto& [g, src] : outs) {
+      if (!g) continue;
+      for (int l = 0; l < count; ++l) {
+        if (i > pairs[l].mr) continue;
+        T* dst = g + pairs[l].b * MN + (i - 1) * N;
+        for (int64_t j = 0; j < lane_nr[l]; ++j) st(dst, j, src[j * W + l]);
+      }
+    }
+    for (int k = 0; k < 6; ++k) std::swap(in[k], out[k]);
+    std::swap(here, up);
+    std::swap(t, t_up);
+  }
+}
+
+}  // namespace softsw::cpu::simd
+#endif  // SOFTSW_CPU_VECTOR
