@@ -285,15 +285,17 @@ struct PrimeWeights {
 template <typename A, bool HARD, typename Math = AccMath>
 struct AffineCell {
   // softmax_T(vo, ve): -inf when both are -inf (no path), NaN if either is.
+  // The hard value is written on Math alone (it also runs on the CPU's
+  // vector lanes); the soft one is scalar.
   SOFTSW_HD static A gap(A vo, A ve) {
-    A h;
-    if (HARD) {
-      h = max_of(vo, ve);
+    if constexpr (HARD) {
+      return Math::nan_or(vo, Math::nan_or(ve, Math::larger(vo, ve)));
     } else {
       const A m = max_of(vo, ve), d = min_of(vo, ve);
-      h = m == -std::numeric_limits<A>::infinity() ? m : m + Math::log2(A(1) + Math::exp2(d - m));
+      const A h =
+          m == -std::numeric_limits<A>::infinity() ? m : m + Math::log2(A(1) + Math::exp2(d - m));
+      return is_nan(vo) || is_nan(ve) ? quiet_nan<A>() : h;
     }
-    return is_nan(vo) || is_nan(ve) ? quiet_nan<A>() : h;
   }
   SOFTSW_HD static GapWeights<A> gap_weights(A h, A vo, A ve) {
     GapWeights<A> w;
@@ -309,17 +311,16 @@ struct AffineCell {
     }
     return w;
   }
-  // softmax_T(0, x, y).
+  // softmax_T(0, x, y); hard: on Math alone, as gap().
   SOFTSW_HD static A prime(A x, A y) {
-    A h;
-    if (HARD) {
-      h = max_of(max_of(A(0), x), y);
+    if constexpr (HARD) {
+      return Math::nan_or(x, Math::nan_or(y, Math::larger(Math::larger(A(0), x), y)));
     } else {
       const A a = max_of(A(0), x), b = min_of(A(0), x);
       const A m = max_of(a, y), e = min_of(a, y);
-      h = m + Math::log2(A(1) + Math::exp2(b - m) + Math::exp2(e - m));
+      const A h = m + Math::log2(A(1) + Math::exp2(b - m) + Math::exp2(e - m));
+      return is_nan(x) || is_nan(y) ? quiet_nan<A>() : h;
     }
-    return is_nan(x) || is_nan(y) ? quiet_nan<A>() : h;
   }
   SOFTSW_HD static PrimeWeights<A> prime_weights(A h, A x, A y) {
     PrimeWeights<A> w;

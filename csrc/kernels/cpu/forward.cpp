@@ -78,8 +78,9 @@ Groups make_groups(const Setup<T>& su, std::vector<int64_t> pairs, double work) 
 // The plan: pairs that are empty or invalid get their result at once; at
 // T > 0 with a float accumulator, the pairs the range rule admits run in the
 // probability domain
-// (forward_probability.h); the other linear-gap float pairs on the SIMD
-// log-domain forward (forward_simd.h); the rest on the scalar passes.
+// (forward_probability.h); the other linear-gap float pairs, and in hard
+// mode (T = 0) the affine-gap float pairs, on the SIMD log-domain forward
+// (forward_simd.h); the rest on the scalar passes.
 template <typename T>
 void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
@@ -122,13 +123,16 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
     for (size_t k = 0; k < pairs.size(); ++k) (in_range[k] ? scaled : rest).push_back(pairs[k]);
     pairs.swap(rest);
   }
-  const bool log_groups = vector && !p.affine;
+  // The log-domain SIMD groups: linear gaps, or affine gaps in hard mode.
+  const bool log_groups = vector && (!p.affine || su.hard);
   const Groups prob = make_groups(su, std::move(scaled), work);
   const Groups logd = log_groups ? make_groups(su, std::move(pairs), work) : Groups{};
   const int64_t singles = log_groups ? 0 : static_cast<int64_t>(pairs.size());
 #if SOFTSW_CPU_VECTOR
   const simd::ProbabilityRowFns prob_rows = simd::pick_probability_rows(p, out.hidden != nullptr);
-  const simd::RowFn log_row = simd::pick_row(su.hard, su.soft_reduction);
+  simd::LogRowFns log_rows;
+  if (p.affine) log_rows.affine = simd::pick_affine_hard_row();
+  else log_rows.linear = simd::pick_row(su.hard, su.soft_reduction);
 #endif
   parallel_for<Scratch<A>>(prob.count + logd.count + singles, work, [&](int64_t g, Scratch<A>& sc) {
 #if SOFTSW_CPU_VECTOR
@@ -149,8 +153,8 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
       if (g < logd.count) {
         const int64_t lo = logd.lo(g), hi = logd.lo(g + 1);
         if (hi - lo > 1)
-          simd::forward_linear_group<T>(su, logd.pairs.data() + lo, static_cast<int>(hi - lo),
-                                        log_row, static_cast<float*>(out.hidden), out, sc.lanes);
+          simd::forward_log_group<T>(su, logd.pairs.data() + lo, static_cast<int>(hi - lo),
+                                     log_rows, static_cast<float*>(out.hidden), out, sc.lanes);
         else  // a lone pair: one busy lane of W is slower than the scalar loop
           forward_one<T>(su, out, logd.pairs[lo], sc);
         return;

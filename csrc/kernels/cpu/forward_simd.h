@@ -1,10 +1,12 @@
-// The SIMD linear-gap forward (float accumulate: float32, float16, bfloat16):
-// one SIMD lane per pair of the batch, groups of W = 16 pairs, one row of the
+// The SIMD log-domain forward (float accumulate: float32, float16, bfloat16):
+// linear gaps at any T, affine gaps in hard mode (T = 0: max-plus, exact); one
+// SIMD lane per pair of the batch, groups of W = 16 pairs, one row of the
 // group at a time (the row's scores are first gathered into a
 // lane-interleaved buffer, in kernel units). The W lanes are W / VL native
 // vectors (simd.h), independent chains; the instruction set is picked at run
 // time, and SOFTSW_CPU_ISA=scalar turns the path off (the scalar forward
-// runs).
+// runs). The cells are recurrence.h's LinearCell and AffineCell on vector
+// lanes.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +32,19 @@ struct alignas(64) Lanes {
   int32_t m[W];     // lane extents (0 for an unused lane)
   int32_t n[W];
 };
+
+// Folds a row's cell h (col j) into the "max" reduction of the lanes whose
+// pair contains it: the first largest in row-major order, NaN first of all.
+template <int VL>
+SOFTSW_VINLINE void fold_max(typename V<VL>::F h, typename V<VL>::I inside, typename V<VL>::I iv,
+                             typename V<VL>::I jv, typename V<VL>::F& best, typename V<VL>::I& bi,
+                             typename V<VL>::I& bj) {
+  using X = V<VL>;
+  const auto upd = inside & ((h > best) | ((h != h) & (best == best)));
+  best = X::sel(upd, h, best);
+  bi = X::seli(upd, iv, bi);
+  bj = X::seli(upd, jv, bj);
+}
 
 // One row i of the group: cells (i, 1..n) from the row above (`prev`,
 // lane-interleaved: col j at j*W, col 0 = boundary), the row's scores `s` and
@@ -68,12 +83,7 @@ SOFTSW_VINLINE void row_body(const float* s, const float* g, const float* prev, 
       X::store(cur + j * W + k * VL, h);
       hd[k] = hu;
       hl[k] = h;
-      if constexpr (!SOFT) {
-        const I upd = rowok[k] & (jv <= nl[k]) & ((h > best[k]) | ((h != h) & (best[k] == best[k])));
-        best[k] = X::sel(upd, h, best[k]);
-        bi[k] = X::seli(upd, iv, bi[k]);
-        bj[k] = X::seli(upd, jv, bj[k]);
-      }
+      if constexpr (!SOFT) fold_max<VL>(h, rowok[k] & (jv <= nl[k]), iv, jv, best[k], bi[k], bj[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -147,15 +157,108 @@ inline RowFn pick_row(bool hard, bool soft) {
   return soft ? pick_row<false, true>() : pick_row<false, false>();
 }
 
-// One group of up to W pairs (valid and non-empty), start to finish.
+// One row of an affine group in hard mode (forward_affine of forward.h on
+// the lanes): C, A, U of the row above and of the row (col j at j * W, col 0
+// the boundary), L of the row, the row's scores and gap scores at
+// (j - 1) * W; the "max" reduction on the way.
+struct AffineLogRows {
+  const float *s, *open, *extend;
+  const float *c_up, *a_up, *u_up;
+  float *c, *a, *u, *l;
+};
+
+template <int VL>
+SOFTSW_VINLINE void affine_hard_row_body(const AffineLogRows& rows, int32_t n, int32_t i,
+                                         Lanes& ln, RowPrefetcher& pf) {
+  const AffineLogRows r = rows;  // a local copy: the stores could alias `rows`
+  using X = V<VL>;
+  using F = typename X::F;
+  using I = typename X::I;
+  using Fl = Floats<VL>;
+  using Lin = LinearCell<Fl, true, VecMath<VL>>;
+  using Aff = AffineCell<Fl, true, VecMath<VL>>;
+  constexpr int K = W / VL;
+  const I iv = X::splati(i);
+  I nl[K], rowok[K], bi[K], bj[K];
+  F cd[K], bl[K], ll[K], best[K];
+  for (int k = 0; k < K; ++k) {
+    nl[k] = X::loadi(ln.n + k * VL);
+    rowok[k] = iv <= X::loadi(ln.m + k * VL);
+    cd[k] = X::load(r.c_up + k * VL);
+    bl[k] = X::splat(0.0f);  // B[i, 0] = 0, L[i, 0] = -inf
+    ll[k] = X::splat(-kInf<float>);
+    best[k] = X::load(ln.best + k * VL);
+    bi[k] = X::loadi(ln.bi + k * VL);
+    bj[k] = X::loadi(ln.bj + k * VL);
+  }
+  for (int32_t j = 1; j <= n; ++j) {
+    const I jv = X::splati(j);
+    pf.step();
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const Fl o = X::load(r.open + c1), e = X::load(r.extend + c1);
+      const Fl d = Fl(cd[k]) + X::load(r.s + c1);
+      const Fl u = Aff::gap(Fl(X::load(r.a_up + c)) + o, Fl(X::load(r.u_up + c)) + e);
+      const Fl l = Aff::gap(Fl(bl[k]) + o, Fl(ll[k]) + e);
+      const F h = Lin::value(d, u, l).v;
+      X::store(r.c + c, h);
+      X::store(r.a + c, Aff::prime(d, l).v);
+      X::store(r.u + c, u.v);
+      X::store(r.l + c, l.v);
+      cd[k] = X::load(r.c_up + c);
+      bl[k] = Aff::prime(d, u).v;
+      ll[k] = l.v;
+      fold_max<VL>(h, rowok[k] & (jv <= nl[k]), iv, jv, best[k], bi[k], bj[k]);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    X::store(ln.best + k * VL, best[k]);
+    X::storei(ln.bi + k * VL, bi[k]);
+    X::storei(ln.bj + k * VL, bj[k]);
+  }
+}
+
+using AffineRowFn = void (*)(const AffineLogRows&, int32_t, int32_t, Lanes&, RowPrefetcher&);
+
+inline void affine_hard_row_baseline(const AffineLogRows& r, int32_t n, int32_t i, Lanes& ln,
+                                     RowPrefetcher& pf) {
+  affine_hard_row_body<4>(r, n, i, ln, pf);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) inline void affine_hard_row_avx2(const AffineLogRows& r,
+                                                                     int32_t n, int32_t i,
+                                                                     Lanes& ln,
+                                                                     RowPrefetcher& pf) {
+  affine_hard_row_body<8>(r, n, i, ln, pf);
+}
+#endif
+// AVX2 for AVX-512 too: 512-bit vectors measured no faster (simd.h).
+inline AffineRowFn pick_affine_hard_row() {
+#if defined(__x86_64__)
+  if (isa_level() >= 1) return &affine_hard_row_avx2;
+#endif
+  return &affine_hard_row_baseline;
+}
+
+// The row kernels of a log-domain group: `linear` for linear gaps, `affine`
+// (hard mode) for affine gaps.
+struct LogRowFns {
+  RowFn linear = nullptr;
+  AffineRowFn affine = nullptr;
+};
+
+// One group of up to W pairs (valid and non-empty), start to finish: linear
+// gaps (fns.linear), or affine gaps in hard mode (fns.affine). `hidden`: the
+// state (linear: H; affine: the C, U, L planes), or nullptr.
 template <typename T>
-void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, RowFn row,
-                          float* hidden, const ForwardOutputs& out, std::vector<float>& mem) {
+void forward_log_group(const Setup<T>& su, const int64_t* pairs, int count, const LogRowFns& fns,
+                       float* hidden, const ForwardOutputs& out, std::vector<float>& mem) {
   const Problem& p = su.p;
-  const int64_t N = su.N;
+  const int64_t N = su.N, MN = su.MN;
+  const bool affine = p.affine;
   Lanes ln;
   const T* S[W] = {};
-  GapView<T> gv[W];
+  GapView<T> go[W], ge[W];
   float* hid[W] = {};
   int64_t mg = 0, ng = 0;
   for (int l = 0; l < W; ++l) {
@@ -163,10 +266,13 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
     if (l < count) {
       const int64_t b = pairs[l];
       su.extents(b, m, n);
-      S[l] = static_cast<const T*>(p.scores) + b * su.MN;
-      gv[l] = su.gap(p.gap_open, b);
-      hid[l] = hidden ? hidden + b * su.MN : nullptr;
-      if (hid[l]) fill_outside<float>(hid[l], su.M, N, m, n, 0.0f);
+      S[l] = static_cast<const T*>(p.scores) + b * MN;
+      go[l] = su.gap(p.gap_open, b);
+      if (affine) ge[l] = su.gap(p.gap_extend, b);
+      hid[l] = hidden ? hidden + b * su.planes * MN : nullptr;
+      if (hid[l])
+        for (int64_t k = 0; k < su.planes; ++k)
+          fill_outside<float>(hid[l] + k * MN, su.M, N, m, n, 0.0f);
     }
     ln.m[l] = static_cast<int32_t>(m);
     ln.n[l] = static_cast<int32_t>(n);
@@ -182,21 +288,41 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
     row_n[l] = ng;
     lane_n[l] = ln.n[l];
   }
+  // Lane-interleaved rows: scores and gap scores of the row (linear: one gap
+  // row), then the nodes of the row above and of the row (linear: H; affine:
+  // C, A, U, and L of the row).
   const int64_t stride = (ng + 1) * W;
-  mem.assign(static_cast<size_t>(4 * stride + 16), 0.0f);
+  const int rows = affine ? 10 : 4;
+  mem.assign(static_cast<size_t>(rows * stride + 16), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float *prev = base, *cur = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
-  const bool gap_const = p.gap_open.data == nullptr;
-  if (gap_const) std::fill(gb, gb + ng * W, gv[0].value);
+  float* buf[10];
+  for (int k = 0; k < rows; ++k) buf[k] = base + k * stride;
+  float *sb = buf[0], *ob = buf[1], *eb = affine ? buf[2] : nullptr;
+  float *prev = buf[affine ? 3 : 2], *cur = buf[affine ? 4 : 3];  // H, or C
+  float *a_prev = nullptr, *a_cur = nullptr, *u_prev = nullptr, *u_cur = nullptr, *lb = nullptr;
+  if (affine) {
+    a_prev = buf[5];
+    a_cur = buf[6];
+    u_prev = buf[7];
+    u_cur = buf[8];
+    lb = buf[9];
+    std::fill(u_prev, u_prev + stride, -kInf<float>);  // row 0: U = -inf, C = A = 0
+  }
+  const bool gap_const = p.gap_open.data == nullptr && (!affine || p.gap_extend.data == nullptr);
+  if (gap_const) {
+    std::fill(ob, ob + ng * W, go[0].value);
+    if (affine) std::fill(eb, eb + ng * W, ge[0].value);
+  }
   for (int64_t i = 1; i <= mg; ++i) {
-    // The next row's scores (float: spread over this row, with its H) ...
+    // The next row's scores (float: spread over this row, with its state) ...
     RowPrefetcher next;
     if constexpr (std::is_same_v<T, float>) {
       for (int l = 0; l < count; ++l) {
         if (i >= ln.m[l]) continue;
         next.add(S[l] + i * N);
-        if (hid[l]) next.add(hid[l] + i * N);
+        if (hid[l])
+          for (int64_t k = 0; k < su.planes; ++k) next.add(hid[l] + k * MN + i * N);
       }
       next.pace(ng, ng);
     } else {  // ... else in one burst
@@ -216,15 +342,31 @@ void forward_linear_group(const Setup<T>& su, const int64_t* pairs, int count, R
         for (int64_t j = 0; j < ng; ++j) sb[j * W + l] = ld(src, j) * su.beta;
       }
       if (!gap_const)
-        for (int64_t j = 0; j < ng; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
+        for (int64_t j = 0; j < ng; ++j) {
+          ob[j * W + l] = go[l].at(i, j + 1);
+          if (affine) eb[j * W + l] = ge[l].at(i, j + 1);
+        }
     }
-    row(sb, gb, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, next);
+    if (affine) {
+      const AffineLogRows r{sb, ob, eb, prev, a_prev, u_prev, cur, a_cur, u_cur, lb};
+      fns.affine(r, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, next);
+    } else {
+      fns.linear(sb, ob, prev, cur, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, next);
+    }
     if (hidden) {
-      float* dst[W];
-      for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
-      deinterleave_rows(dst, cur + W, lane_n, count);
+      const float* planes[3] = {cur, u_cur, lb};
+      for (int64_t k = 0; k < su.planes; ++k) {
+        float* dst[W];
+        for (int l = 0; l < count; ++l)
+          dst[l] = i <= ln.m[l] ? hid[l] + k * MN + (i - 1) * N : nullptr;
+        deinterleave_rows(dst, planes[k] + W, lane_n, count);
+      }
     }
     std::swap(prev, cur);
+    if (affine) {
+      std::swap(a_prev, a_cur);
+      std::swap(u_prev, u_cur);
+    }
   }
   float* total = static_cast<float*>(out.total);
   T* score = static_cast<T*>(out.score);

@@ -54,7 +54,8 @@
 //   forward, T > 0, a pair inside the range rule of probability.h (linear
 //     gaps, or constant affine gaps): the probability domain
 //     (forward_probability.h; a lone long pair on column blocks);
-//   forward, linear gaps, any other pair: the log domain (forward_simd.h);
+//   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
+//     domain (forward_simd.h);
 //   backward, linear gaps, T > 0: reverse_simd.h;
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
 //     per-cell gaps): the probability-domain weights (reverse_affine_simd.h);
@@ -62,8 +63,8 @@
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
 //     affine_double_backward_simd.h.
 // Every other pass (float64, T = 0 backward, the affine backward and double
-// backward outside the range rule, and the affine forward outside the range
-// rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
+// backward outside the range rule, and the affine forward at T > 0 outside
+// the range rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
 // alone in its group of the backward or the double backward. The soft passes
 // run with subnormal numbers flushed to zero (float_mode.h). The scalar reverse and tangent passes
 // of a float pair at T > 0 take their weights, a row at a time, with SIMD
