@@ -1,8 +1,8 @@
 """CPU inference forward in the probability domain.
 
-With no gradient wanted, a problem at T > 0 with a float accumulator
-(float32, float16, bfloat16), linear gaps or constant affine gaps, runs, pair
-by pair, in the probability domain: Z = 2^H kept as a mantissa with power-of-two exponents,
+A problem at T > 0 with a float accumulator (float32, float16, bfloat16),
+linear or affine gaps, constant or per-cell, runs, pair by pair, in the
+probability domain: Z = 2^H kept as a mantissa with power-of-two exponents,
 16 pairs to a SIMD group. A pair whose scores or gaps are outside the range
 rule of csrc/kernels/probability.h (|S| / (T ln 2) or |gap| / (T ln 2) above
 FLOAT_LOG2_LIMIT, inf, NaN) runs in the log domain instead, in the same batch.
@@ -230,8 +230,8 @@ def test_affine_gaps_at_the_limit(gen, side, reduction):
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 def test_affine_mixed_batch_and_tensor_gaps(gen, reduction):
-    """Pairs out of range next to pairs in range; per-cell affine gaps (which
-    run in the log domain) give the same scores as the reference."""
+    """Pairs out of range next to pairs in range; per-cell affine gaps give
+    the same scores as the reference."""
     B, M, N = 20, 26, 34
     T = 0.5
     S = randn(gen, B, M, N)
@@ -246,6 +246,39 @@ def test_affine_mixed_batch_and_tensor_gaps(gen, reduction):
         ref = ref_align(S.float().double(), go.float().double(), T, gap_extend=ge.float().double(),
                         lengths=lengths, reduction=reduction)
     assert_close(out, ref, torch.float32, "score", tol=score_tol(torch.float32, M, N))
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [0.05, 0.5, 3.0])
+def test_affine_gap_tensors(gen, T, reduction):
+    """Per-cell open and extend scores in the probability domain, inference
+    and training (scores and gradients against the reference): a pair with an
+    open score beyond the range limit, one with an extend score just beyond
+    it and one at the limit run beside the others, a NaN gap keeps to its pair; a gap tensor
+    whose rows are not contiguous (a transposed copy's view) gives the bits of
+    its contiguous twin."""
+    from helpers import compare_with_reference
+    B, M, N = 19, 22, 27
+    lengths = rand_lengths(gen, B, M, N)
+    S = fill_padding(randn(gen, B, M, N).float().double(), lengths, gen)
+    go = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.3).float().double()
+    ge = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) * 0.6).float().double()
+    limit = FLOAT_LOG2_LIMIT * T * math.log(2)
+    go[3, 0, 0] = -1.5 * limit
+    ge[5, 0, 0] = -1.02 * limit
+    go[7, :, :] = -0.98 * limit
+    out, _ = compare_with_reference(gen, S.float(), go.float(), T, gap_extend=ge.float(),
+                                    lengths=lengths, reduction=reduction)
+    assert torch.isfinite(out).all()
+    nan_gap = go.clone()
+    nan_gap[9, 0, 0] = float("nan")
+    out = inference(S, nan_gap.float(), T, lengths, reduction, gap_extend=ge.float())
+    assert torch.isnan(out[9]) and torch.isfinite(out[torch.arange(B) != 9]).all()
+    strided = go.float().transpose(1, 2).contiguous().transpose(1, 2)
+    assert strided.stride(-1) != 1
+    a = inference(S, strided, T, lengths, reduction, gap_extend=ge.float())
+    b = inference(S, go.float(), T, lengths, reduction, gap_extend=ge.float())
+    assert torch.equal(torch.nan_to_num(a), torch.nan_to_num(b))
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])

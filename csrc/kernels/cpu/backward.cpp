@@ -58,7 +58,7 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
       reverse_affine<T, true, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc);
     else
       reverse_affine<T, false, false>(pv, hv, mr, nr, none, nullptr, nullptr, nullptr, seed, gs, oS, oO, oE, sc,
-                                      in_probability_range(su, b, m, n, true));
+                                      in_probability_range(su, b, m, n));
   }
 }
 
@@ -93,7 +93,7 @@ void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_sc
     parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
       int64_t m = 0, n = 0;
       su.extents(pairs[k].b, m, n);
-      in_range[k] = in_probability_range(su, pairs[k].b, m, n, true);
+      in_range[k] = in_probability_range(su, pairs[k].b, m, n);
     });
     std::vector<simd::ReversePair> kept;
     for (size_t k = 0; k < pairs.size(); ++k) {
@@ -267,7 +267,7 @@ void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int
   } else {
     const AffineHidden<T> hv{hid, hid + su.MN, hid + 2 * su.MN, su.N};
     AffineTangents<A> td{sc.tangents.get(5 * cells), nr, cells};
-    const bool in_range = in_probability_range(su, b, m, n, true);
+    const bool in_range = in_probability_range(su, b, m, n);
     if (su.hard) tangent_affine<T, true>(pv, hv, mr, nr, ws, wo, we, td, sc);
     else tangent_affine<T, false>(pv, hv, mr, nr, ws, wo, we, td, sc, in_range);
     if (seed.soft) {

@@ -43,20 +43,21 @@ bool gaps_in_probability_range(const Setup<T>& su, const GapScores& gaps, int64_
   const float gap_limit = static_cast<float>(Range::kMaxLog2Weight);
   for (int64_t i = 1; i <= m; ++i) {
     unsigned out = 0;  // branch-free: the loop vectorises
-    for (int64_t j = 1; j <= n; ++j) out |= !(std::fabs(g.at(i, j)) <= gap_limit);
+    if (const T* row = g.row(i)) {
+      for (int64_t j = 0; j < n; ++j) out |= !(std::fabs(ld(row, j) * g.beta) <= gap_limit);
+    } else {
+      for (int64_t j = 1; j <= n; ++j) out |= !(std::fabs(g.at(i, j)) <= gap_limit);
+    }
     if (out) return false;
   }
   return true;
 }
 
 // Whether pair b (extents m, n) may run in the probability domain: every
-// score and gap in kernel units within ProbabilityRange<float>'s bound. The
-// affine forward takes constant gaps only (per-cell gaps run in the log
-// domain); the affine backward (reverse_affine_simd.h) takes both:
-// `affine_gap_tensors`.
+// score and gap in kernel units within ProbabilityRange<float>'s bound
+// (constant or per-cell gaps, linear or affine).
 template <typename T>
-bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n,
-                          bool affine_gap_tensors = false) {
+bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
   using Range = ProbabilityRange<float>;
   if (su.hard || !std::is_same_v<Acc<T>, float>) return false;
   const Problem& p = su.p;
@@ -69,7 +70,6 @@ bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n,
     for (int64_t j = 0; j < n; ++j) out |= !(std::fabs(ld(row, j)) <= limit);
     if (out) return false;
   }
-  if (p.affine && !affine_gap_tensors && (p.gap_open.data || p.gap_extend.data)) return false;
   return gaps_in_probability_range(su, p.gap_open, b, m, n) &&
          (!p.affine || gaps_in_probability_range(su, p.gap_extend, b, m, n));
 }
@@ -116,6 +116,9 @@ struct ProbabilityRows {
   float* u;
   // The next row's inputs and outputs, one step per column (nullptr: none).
   RowPrefetcher* prefetch = nullptr;
+  // Affine gaps with per-cell gap scores: the extend scores (`g`: the open
+  // scores), kernel units at (j - 1) * W, -inf past a lane's pair.
+  const float* g_ext = nullptr;
 };
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
@@ -263,7 +266,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
 //   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
 // with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
 // row (C bounds A and U from above, and B + L = C on the left).
-template <int VL, bool SOFT, bool MASKED, bool STATE>
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                                 int32_t n, int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
@@ -309,7 +312,10 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         const F w = X::exp2(X::load(r.s + c - W));
         F ow = open_const, ew = extend_const;
         const I inside = X::splati(j) <= nl[k];
-        if constexpr (MASKED) {
+        if constexpr (GAP_TENSOR) {  // -inf past the lane's pair: weights 0 there
+          ow = X::exp2(X::load(r.g + c - W));
+          ew = X::exp2(X::load(r.g_ext + c - W));
+        } else if constexpr (MASKED) {
           ow = X::sel(inside, ow, zero);
           ew = X::sel(inside, ew, zero);
         }
@@ -366,13 +372,19 @@ using ProbabilityRowFn = void (*)(const ProbabilityRows&, ProbabilityGaps, int32
                                   ProbabilityLanes&);
 
 // The kinds of probability-domain rows.
-enum ProbabilityKind { kLinearConstantGap = 0, kLinearGapTensor = 1, kAffineConstantGaps = 2 };
+enum ProbabilityKind {
+  kLinearConstantGap = 0,
+  kLinearGapTensor = 1,
+  kAffineConstantGaps = 2,
+  kAffineGapTensors = 3
+};
 
 template <int VL, int KIND, bool SOFT, bool MASKED, bool STATE>
 SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                                        int32_t i, ProbabilityLanes& ln) {
-  if constexpr (KIND == kAffineConstantGaps)
-    probability_affine_row_body<VL, SOFT, MASKED, STATE>(r, gap, n, i, ln);
+  if constexpr (KIND == kAffineConstantGaps || KIND == kAffineGapTensors)
+    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, STATE>(r, gap, n, i,
+                                                                                    ln);
   else
     probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, STATE>(r, gap, n, i, ln);
 }
@@ -424,8 +436,11 @@ ProbabilityRowFns pick_probability_rows() {
 }
 inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
   if (p.affine)
-    return state ? pick_probability_rows<kAffineConstantGaps, true>()
-                 : pick_probability_rows<kAffineConstantGaps, false>();
+    return p.gap_open.data || p.gap_extend.data
+               ? (state ? pick_probability_rows<kAffineGapTensors, true>()
+                        : pick_probability_rows<kAffineGapTensors, false>())
+               : (state ? pick_probability_rows<kAffineConstantGaps, true>()
+                        : pick_probability_rows<kAffineConstantGaps, false>());
   if (p.gap_open.data)
     return state ? pick_probability_rows<kLinearGapTensor, true>()
                  : pick_probability_rows<kLinearGapTensor, false>();
@@ -445,7 +460,7 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
   ProbabilityLanes ln;
   const T* S[W] = {};
-  GapView<T> gv[W];
+  GapView<T> gv[W], ge[W];
   int64_t mg = 0, ng = 0;
   for (int l = 0; l < W; ++l) {
     int64_t m = 0, n = 0;
@@ -453,6 +468,7 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       su.extents(pairs[l], m, n);
       S[l] = static_cast<const T*>(p.scores) + pairs[l] * su.MN;
       gv[l] = su.gap(p.gap_open, pairs[l]);
+      if (p.affine) ge[l] = su.gap(p.gap_extend, pairs[l]);
     }
     ln.m[l] = static_cast<int32_t>(m);
     ln.n[l] = static_cast<int32_t>(n);
@@ -469,14 +485,18 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     lane_n[l] = ln.n[l];
     masked |= l < count && (ln.m[l] != mg || ln.n[l] != ng);
   }
-  const bool gap_tensor = p.gap_open.data != nullptr;  // linear gaps only
+  // Per-cell gap scores (affine: open and extend, both rows gathered when
+  // either is a tensor).
+  const bool gap_tensor = p.gap_open.data != nullptr || (p.affine && p.gap_extend.data != nullptr);
   const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][masked];
   const ProbabilityGaps gaps{gap_tensor ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
-                             p.affine ? static_cast<float>(p.gap_extend.value) * su.beta : 0.0f};
+                             p.affine && !gap_tensor
+                                 ? static_cast<float>(p.gap_extend.value) * su.beta
+                                 : 0.0f};
   // Rows (z = C, and for affine gaps A and U) of row i - 1 and row i, scores,
-  // gap scores, and the chunk exponents of both rows.
+  // gap scores, the state's rows, and the chunk exponents of both rows.
   const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
-  const int64_t rows = p.affine ? 9 : 3;
+  const int64_t rows = p.affine ? 10 : 3;
   mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);  // rows + s, g
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
@@ -495,11 +515,13 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
         fill_outside<float>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], 0.0f);
     }
   }
+  float* gb_ext = nullptr;
   if (p.affine) {
     a_up = base + 4 * stride;
     a = base + 5 * stride;
     u_up = base + 6 * stride;  // row 0: U = 0
     u = base + 7 * stride;
+    gb_ext = base + 11 * stride;
     std::fill(a_up, a_up + stride, 1.0f);
   }
   int32_t* e_up = reinterpret_cast<int32_t*>(base + (rows + 2) * stride);
@@ -507,7 +529,27 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   // Row 0: C = A = 1, exponent 0. Scores (and gaps) past a lane's pair: -inf.
   std::fill(z_up, z_up + stride, 1.0f);
   std::fill(sb, sb + ng * W, -kInf<float>);
-  if (gap_tensor) std::fill(gb, gb + ng * W, -kInf<float>);
+  if (gap_tensor) {
+    std::fill(gb, gb + ng * W, -kInf<float>);
+    if (p.affine) std::fill(gb_ext, gb_ext + ng * W, -kInf<float>);
+  }
+  // Row i of the lanes' gap scores (kernel units) into `dst`, the lanes whose
+  // pair has row i; the rest keep what they hold.
+  auto gather_gap_row = [&](const GapView<T>* g, int64_t i, float* dst) {
+    const T* src[W] = {};
+    bool rows = true;
+    for (int l = 0; l < count; ++l)
+      if (i <= ln.m[l]) rows &= (src[l] = g[l].row(i)) != nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows) {
+        interleave_rows(dst, src, lane_n, count, su.beta);
+        return;
+      }
+    }
+    for (int l = 0; l < count; ++l)
+      if (i <= ln.m[l])
+        for (int64_t j = 0; j < ln.n[l]; ++j) dst[j * W + l] = g[l].at(i, j + 1);
+  };
   for (int64_t i = 1; i <= mg; ++i) {
     // The next row's scores (and its H, or C, U, L), spread over this row
     // for float scores, else in one burst.
@@ -536,11 +578,14 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
         const T* src = S[l] + (i - 1) * N;
         for (int64_t j = 0; j < ln.n[l]; ++j) sb[j * W + l] = ld(src, j) * su.beta;
       }
-      if (gap_tensor)
-        for (int64_t j = 0; j < ln.n[l]; ++j) gb[j * W + l] = gv[l].at(i, j + 1);
+    }
+    if (gap_tensor) {
+      gather_gap_row(gv, i, gb);
+      if (p.affine) gather_gap_row(ge, i, gb_ext);
     }
     const ProbabilityRows r{sb,   gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, hb_u, hb_l,
-                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u, &next};
+                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u, &next,
+                            gap_tensor ? gb_ext : nullptr};
     row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     if (hidden) {
       float* dst[W];

@@ -253,7 +253,7 @@ inline AffineWeights<float> affine_weights_of(const AffineRowWeights& rw, int64_
 
 // Whether the affine passes of a pair take their weights from
 // affine_row_weights.h: soft, float accumulate, the pair inside the range rule
-// (`in_range`, in_probability_range with gap tensors).
+// (`in_range`, in_probability_range).
 template <typename T, bool HARD>
 bool affine_row_weights_apply(bool in_range) {
   return in_range && row_weights_apply<T, HARD>();

@@ -52,7 +52,7 @@
 // group (SOFTSW_CPU_ISA caps the instruction set; "scalar" turns the SIMD
 // passes off):
 //   forward, T > 0, a pair inside the range rule of probability.h (linear
-//     gaps, or constant affine gaps): the probability domain
+//     or affine gaps, constant or per-cell): the probability domain
 //     (forward_probability.h; a lone long pair on column blocks);
 //   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
 //     domain (forward_simd.h);
@@ -101,6 +101,9 @@ struct GapView {
   A at(int64_t i, int64_t j) const {  // gap move ending at DP cell (i, j), 1-based
     return data ? ld(data, (i - 1) * si + (j - 1) * sj) * beta : value;
   }
+  // Row i's entries (col j at [j - 1], before the scaling by beta) when
+  // they are contiguous, else nullptr.
+  const T* row(int64_t i) const { return data && sj == 1 ? data + (i - 1) * si : nullptr; }
 };
 
 template <typename T>
