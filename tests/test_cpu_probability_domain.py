@@ -287,8 +287,11 @@ def test_affine_gap_tensors(gen, T, reduction):
 @pytest.mark.parametrize("T", [0.2, 1.0, 30.0])
 def test_lone_long_pair_on_column_blocks(gen, shape, T, reduction):
     """A pair alone in its group runs with its columns cut into blocks, one per
-    lane, in a wavefront (block sizes that do not divide the width included);
-    against the float64 kernel, with the scores near the range limit too."""
+    lane, in a wavefront (block sizes that do not divide the width included),
+    for inference and for training (its H and, for "max", the argmax the
+    backward starts from); against the float64 kernel, with the scores near
+    the range limit too."""
+    from conftest import grad_tol, leaf
     B, M, N = shape
     S = randn(gen, B, M, N, scale=min(2.0, 0.9 * FLOAT_LOG2_LIMIT * T * math.log(2) / 4)).float()
     for gap in (-1.0, 0.5 * T):
@@ -296,3 +299,12 @@ def test_lone_long_pair_on_column_blocks(gen, shape, T, reduction):
         with torch.no_grad():
             ref = softsw.align(S.double(), gap, T, reduction=reduction)
         assert_close(out, ref, torch.float32, f"score gap {gap}", tol=score_tol(torch.float32, M, N))
+        x, x64 = leaf(S), leaf(S.double())
+        out = softsw.align(x, gap, T, reduction=reduction)
+        ref = softsw.align(x64, gap, T, reduction=reduction)
+        assert_close(out, ref, torch.float32, f"training score gap {gap}",
+                     tol=score_tol(torch.float32, M, N))
+        (g,) = torch.autograd.grad(out.sum(), x)
+        (g64,) = torch.autograd.grad(ref.sum(), x64)
+        assert_close(g, g64, torch.float32, f"gradient gap {gap}",
+                     tol=grad_tol(torch.float32, M, N, T, ref.abs().max().item()))

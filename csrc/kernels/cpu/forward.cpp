@@ -141,7 +141,7 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
         const int64_t lo = prob.lo(g), hi = prob.lo(g + 1);
         int64_t m = 0, n = 0;
         su.extents(prob.pairs[lo], m, n);
-        if (hi - lo == 1 && !out.hidden && !p.affine && !p.gap_open.data && n >= 4 * simd::W)
+        if (hi - lo == 1 && !p.affine && !p.gap_open.data && n >= 4 * simd::W)
           // A lone long pair: its column blocks on the lanes.
           simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
         else

@@ -624,12 +624,15 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   }
 }
 
-// One long pair (linear gaps, constant gap, no state), its columns cut into
-// up to W blocks, one per lane: lane l computes row t - l of its block at
-// step t, so that its left neighbour (the last column of block l - 1, row
-// t - l) was computed by lane l - 1 the step before, and the diagonal the
-// step before that. Lanes outside their rows have scores -inf and no gap
-// weight: they hold Z = 1, which is the boundary row 0 the lane starts from.
+// One long pair (linear gaps, constant gap), its columns cut into up to W
+// blocks, one per lane: lane l computes row t - l of its block at step t, so
+// that its left neighbour (the last column of block l - 1, row t - l) was
+// computed by lane l - 1 the step before, and the diagonal the step before
+// that. Lanes outside their rows have scores -inf and no gap weight: they
+// hold Z = 1, which is the boundary row 0 the lane starts from. With state
+// (a training forward) each step's rows go to H, and for "max" each lane
+// keeps its block's largest H with the step and column it came at (the row
+// kernel sees step t as row t), combined over the lanes at the end.
 template <typename T>
 void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFns& rows_fn,
                            const ForwardOutputs& out, std::vector<float>& mem) {
@@ -644,11 +647,11 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
   const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][1];
   const ProbabilityGaps gaps{static_cast<float>(p.gap_open.value) * su.beta, 0.0f};
   const int64_t stride = (nb + 1) * W, chunks = (nb + C - 1) / C + 1;
-  mem.assign(static_cast<size_t>(3 * stride + 2 * chunks * W + 4 * W + 16), 0.0f);
+  mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 4 * W + 16), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float *z_up = base, *z = base + stride, *sb = base + 2 * stride;
-  int32_t* e_up = reinterpret_cast<int32_t*>(base + 3 * stride);
+  float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *hb = base + 3 * stride;
+  int32_t* e_up = reinterpret_cast<int32_t*>(base + 4 * stride);
   int32_t* e = e_up + chunks * W;
   float* left_z = reinterpret_cast<float*>(e + chunks * W);
   float* diag_z = left_z + W;
@@ -661,6 +664,13 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
   for (int l = 0; l < W; ++l) {
     ln.mant[l] = 0.0f;
     ln.expo[l] = 0;
+    ln.best[l] = 0.0f;
+    ln.bi[l] = ln.bj[l] = -1;
+  }
+  float* hid = static_cast<float*>(out.hidden);
+  if (hid) {
+    hid += b * su.MN;
+    fill_outside<float>(hid, su.M, N, m, n, 0.0f);
   }
   const T* S = static_cast<const T*>(p.scores) + b * su.MN;
   for (int64_t t = 1; t <= m + lanes - 1; ++t) {
@@ -669,7 +679,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
     for (int l = 0; l < W; ++l) {
       const int64_t i = t - l;
       const bool active = l < lanes && i >= 1 && i <= m;
-      ln.m[l] = active ? 1 : 0;
+      ln.m[l] = active ? static_cast<int32_t>(t) : 0;
       ln.n[l] = static_cast<int32_t>(active ? width[l] : 0);
       n_now[l] = active ? width[l] : 0;
       if (active) src[l] = S + (i - 1) * N + l * nb;
@@ -683,10 +693,16 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
         if (src[l])
           for (int64_t j = 0; j < n_now[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
     }
-    const ProbabilityRows r{sb,     nullptr, z_up,    e_up,    z,       e,       nullptr,
+    const ProbabilityRows r{sb,     nullptr, z_up,    e_up,    z,       e,       hid ? hb : nullptr,
                             nullptr, nullptr, left_z, left_e, diag_z, diag_e, nullptr,
                             nullptr, nullptr, nullptr};
-    row(r, gaps, static_cast<int32_t>(nb), 1, ln);
+    row(r, gaps, static_cast<int32_t>(nb), static_cast<int32_t>(t), ln);
+    if (hid) {
+      float* dst[W] = {};
+      for (int l = 0; l < W; ++l)
+        if (n_now[l] > 0) dst[l] = hid + (t - l - 1) * N + l * nb;
+      deinterleave_rows(dst, hb + W, n_now, W);
+    }
     // Hand each lane's last column on to the next lane (lane 0: the boundary).
     for (int l = W - 1; l >= 0; --l) {
       diag_z[l] = left_z[l];
@@ -702,6 +718,26 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
     }
     std::swap(z_up, z);
     std::swap(e_up, e);
+  }
+  if (hid && !su.soft_reduction) {
+    // "max" with state: the largest H over the lanes, the first in row-major
+    // order among equals (each lane kept its block's first).
+    float top_h = 0.0f;
+    int64_t argmax = -1;
+    for (int l = 0; l < lanes; ++l) {
+      if (ln.bi[l] <= 0) continue;
+      const int64_t k = (int64_t(ln.bi[l]) - l - 1) * N + l * nb + (ln.bj[l] - 1);
+      if (ln.best[l] > top_h || (ln.best[l] == top_h && argmax >= 0 && k < argmax)) {
+        top_h = ln.best[l];
+        argmax = k;
+      }
+    }
+    PairTotal<float> tot;
+    tot.base = top_h;
+    tot.store(static_cast<float*>(out.total), b);
+    st(static_cast<T*>(out.score), b, tot.value() * su.unit);
+    out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
+    return;
   }
   // The lanes' reductions combined.
   double best = 0.0, sum = 0.0;
