@@ -282,6 +282,29 @@ def test_affine_gap_tensors(gen, T, reduction):
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [0.3, 1.0])
+def test_lone_long_pair_backward(gen, T, reduction):
+    """The backward of a pair alone in its group, its region's columns in
+    blocks on the lanes (the messages handed from block to block): inside a
+    padded batch (lengths), with a per-cell gap tensor, against the float64
+    kernel (gradients with respect to the scores and the gaps)."""
+    from conftest import grad_tol, leaf
+    B, M, N = 1, 230, 700
+    lengths = torch.tensor([[201, 655]])
+    S = fill_padding(randn(gen, B, M, N, scale=1.5).float().double(), lengths, gen)
+    gap = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.5).float().double()
+    res = []
+    for dt in (torch.float64, torch.float32):
+        x, g = leaf(S.to(dt)), leaf(gap.to(dt))
+        out = softsw.align(x, g, T, lengths=lengths, reduction=reduction)
+        res.append((out.detach(), *torch.autograd.grad(out.sum(), [x, g])))
+    tol = grad_tol(torch.float32, M, N, T, res[0][0].abs().max().item())
+    assert_close(res[1][0], res[0][0], torch.float32, "score", tol=score_tol(torch.float32, M, N))
+    assert_close(res[1][1], res[0][1], torch.float32, "d/d scores", tol=tol)
+    assert_close(res[1][2], res[0][2], torch.float32, "d/d gap", tol=tol)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("shape", [(1, 50, 64), (1, 70, 65), (1, 300, 1000), (2, 129, 257), (1, 5, 4000)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("T", [0.2, 1.0, 30.0])

@@ -179,6 +179,10 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
         backward_one<T>(su, args, q.b, sc);
         return;
       }
+      if (q.nr >= 4 * simd::W) {  // a long one: its column blocks on the lanes
+        simd::reverse_linear_long_pair<T>(su, q, row, hidden, gS, gO, sc.lanes);
+        return;
+      }
       T* oS = gS + q.b * su.MN;
       T* oO = gO ? gO + q.b * su.MN : nullptr;
       for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, q.mr, q.nr, 0.0f);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cell.h"
@@ -44,6 +45,14 @@ struct ReverseRows {
   float* grad_s;
   float* grad_g;  // nullptr when not wanted
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
+  // A lone pair on column blocks (reverse_linear_long_pair): per lane, the
+  // messages from the block to the right (into the row's last column from
+  // its right neighbour, and the diagonal one into the row above, which
+  // starts the row's pending message), and the lane's own message to the
+  // left out of its first column. nullptr: none (the row's right border).
+  const float* right_in = nullptr;
+  const float* pend_in = nullptr;
+  float* right_out = nullptr;
 };
 
 template <int VL, bool SOFT>
@@ -65,8 +74,8 @@ SOFTSW_VINLINE void reverse_row_body(const ReverseRows& rows, int32_t n, int32_t
     rowok[k] = iv <= mr;
     corner_row[k] = iv == mr;
     nr[k] = X::loadi(ln.nr + k * VL);
-    right[k] = X::splat(0.0f);
-    pend[k] = X::splat(0.0f);
+    right[k] = r.right_in ? X::load(r.right_in + k * VL) : X::splat(0.0f);
+    pend[k] = r.pend_in ? X::load(r.pend_in + k * VL) : X::splat(0.0f);
     total[k] = X::load(ln.total + k * VL);
     scale[k] = X::load(ln.scale + k * VL);
     gs[k] = X::load(ln.grad + k * VL);
@@ -96,7 +105,10 @@ SOFTSW_VINLINE void reverse_row_body(const ReverseRows& rows, int32_t n, int32_t
       right[k] = m3;
     }
   }
-  for (int k = 0; k < K; ++k) X::store(r.out + k * VL, pend[k]);
+  for (int k = 0; k < K; ++k) {
+    X::store(r.out + k * VL, pend[k]);
+    if (r.right_out) X::store(r.right_out + k * VL, right[k]);
+  }
 }
 
 using ReverseRowFn = void (*)(const ReverseRows&, int32_t, int32_t, const ReverseLanes&);
@@ -291,6 +303,151 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
     }
     std::swap(in, out);
     std::swap(h, h_up);
+  }
+}
+
+// A lone pair (its region mr x nr) on column blocks, one per lane: the
+// reverse of the forward's probability_long_pair. Block l holds columns
+// l * nb + 1 .. of the region; it runs row i at step t = (mr - i) +
+// (lanes - 1 - l) + 1, one step after block l + 1 ran the same row, whose
+// messages into it (from its first column: to the right neighbour of row i,
+// and diagonally into row i - 1) it takes as its row's start. The row kernel
+// sees step t as row t: a lane is in its rows when t <= its mr (t + 1, or t
+// at the region's corner, where "max" seeds 1).
+template <typename T>
+void reverse_linear_long_pair(const Setup<T>& su, const ReversePair& q, ReverseRowFn row,
+                              const float* hidden, T* grad_s, T* grad_g, std::vector<float>& mem) {
+  const Problem& p = su.p;
+  const int64_t N = su.N, mr = q.mr, nr = q.nr;
+  const int64_t nb = (nr + W - 1) / W, lanes = (nr + nb - 1) / nb;
+  int64_t width[W], first[W];
+  for (int l = 0; l < W; ++l) {
+    first[l] = l * nb;  // the block's first column, 0-based
+    width[l] = l < lanes ? std::min(nb, nr - l * nb) : 0;
+  }
+  const T* S = static_cast<const T*>(p.scores) + q.b * su.MN;
+  const float* H = hidden + q.b * su.MN;
+  T* gS = grad_s + q.b * su.MN;
+  T* gG = grad_g ? grad_g + q.b * su.MN : nullptr;
+  for (T* g : {gS, gG})
+    if (g) fill_outside(g, su.M, N, mr, nr, 0.0f);
+  const GapView<T> gap = su.gap(p.gap_open, q.b);
+  const int64_t stride = (nb + 1) * W;
+  mem.assign(static_cast<size_t>(8 * stride + 6 * W + 16), 0.0f);
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  float *h = base, *h_up = base + stride, *in = base + 2 * stride, *out = base + 3 * stride;
+  float *sb = base + 4 * stride, *gb = base + 5 * stride, *os = base + 6 * stride;
+  float* og = base + 7 * stride;
+  float *right_in = base + 8 * stride, *pend_in = right_in + W, *right_out = pend_in + W;
+  ReverseLanes ln;
+  for (int l = 0; l < W; ++l) {
+    ln.total[l] = q.total;
+    ln.scale[l] = q.scale;
+    ln.grad[l] = q.grad;
+  }
+  const bool gap_const = p.gap_open.data == nullptr;
+  if (gap_const) std::fill(gb, gb + nb * W, gap.value);
+  // Row r (1-based; 0: the boundary) of H for each busy lane, with the
+  // column left of its block at local column 0 (0 left of the region).
+  auto gather_h = [&](const int64_t* rows, float* dst) {
+    const float* src[W] = {};
+    int64_t n[W] = {};
+    for (int l = 0; l < lanes; ++l) {
+      const int64_t r = rows[l];
+      if (r < 0) continue;
+      if (r == 0) {
+        for (int64_t j = 0; j <= width[l]; ++j) dst[j * W + l] = 0.0f;
+        continue;
+      }
+      if (l == 0) {
+        dst[l] = 0.0f;
+        src[l] = H + (r - 1) * N;
+      } else {
+        src[l] = H + (r - 1) * N + first[l] - 1;
+      }
+      n[l] = l == 0 ? width[l] : width[l] + 1;
+    }
+    // Lane 0 starts at local column 1, the others at local column 0.
+    float* lane0 = dst + W;
+    const float* src0[W] = {src[0]};
+    const int64_t n0[W] = {n[0]};
+    interleave_rows(lane0, src0, n0, 1, 1.0f);
+    src[0] = nullptr;
+    n[0] = 0;
+    interleave_rows(dst, src, n, lanes, 1.0f);
+  };
+  const int64_t steps = mr + lanes - 1;
+  for (int64_t t = 1; t <= steps; ++t) {
+    int64_t row_of[W], up_of[W];
+    for (int l = 0; l < W; ++l) {
+      const int64_t i = mr - (t - 1 - (lanes - 1 - l));
+      const bool busy = l < lanes && i >= 1 && i <= mr;
+      row_of[l] = busy ? i : -1;
+      up_of[l] = busy ? i - 1 : -1;
+      const bool corner = busy && i == mr && l == lanes - 1;
+      ln.mr[l] = busy ? static_cast<int32_t>(corner ? t : t + 1) : 0;
+      ln.nr[l] = static_cast<int32_t>(busy ? width[l] : 0);
+      // From the block to the right, which ran this row the step before.
+      right_in[l] = l + 1 < lanes ? right_out[l + 1] : 0.0f;
+      pend_in[l] = l + 1 < lanes ? out[l + 1] : 0.0f;
+    }
+    // `out` of the previous step is this step's `in` (each lane's row below),
+    // and its `h_up` this step's `h`, but for a lane that starts its rows.
+    std::swap(in, out);
+    std::swap(h, h_up);
+    int64_t starts[W];
+    for (int l = 0; l < W; ++l) starts[l] = row_of[l] == mr ? mr : -1;
+    gather_h(starts, h);
+    gather_h(up_of, h_up);
+    // What the next step reads (each lane's next row above and its scores),
+    // spread over this step's columns.
+    RowPrefetcher next;
+    for (int l = 0; l < lanes; ++l) {
+      const int64_t i = row_of[l] >= 0 ? row_of[l] : (t + 1 > steps ? -1 : mr + 1);
+      if (i - 2 >= 1) next.add(H + (i - 3) * N + first[l]);
+      if (i - 1 >= 1) next.add(S + (i - 2) * N + first[l]);
+    }
+    next.pace(nb, nb);
+    // Each busy lane's row of its block in an (M, N) array `a`, and its width.
+    auto block_rows = [&](auto* a, auto** ptr, int64_t* n) {
+      for (int l = 0; l < lanes; ++l) {
+        ptr[l] = row_of[l] > 0 ? a + (row_of[l] - 1) * N + first[l] : nullptr;
+        n[l] = row_of[l] > 0 ? width[l] : 0;
+      }
+    };
+    {
+      const T* src[W] = {};
+      int64_t n[W] = {};
+      block_rows(S, src, n);
+      if constexpr (std::is_same_v<T, float>) {
+        interleave_rows(sb, src, n, lanes, su.beta);
+      } else {
+        for (int l = 0; l < lanes; ++l)
+          for (int64_t j = 0; j < n[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
+      }
+      if (!gap_const)
+        for (int l = 0; l < lanes; ++l)
+          for (int64_t j = 0; j < n[l]; ++j) gb[j * W + l] = gap.at(row_of[l], first[l] + j + 1);
+    }
+    ReverseRows rows{h, h_up, sb, gb, in, out, os, gG ? og : nullptr, &next};
+    rows.right_in = right_in;
+    rows.pend_in = pend_in;
+    rows.right_out = right_out;
+    row(rows, static_cast<int32_t>(nb), static_cast<int32_t>(t), ln);
+    const std::pair<T*, const float*> outs[] = {{gS, os}, {gG, og}};
+    for (const auto& [g, src] : outs) {
+      if (!g) continue;
+      T* dst[W] = {};
+      int64_t n[W] = {};
+      block_rows(g, dst, n);
+      if constexpr (std::is_same_v<T, float>) {
+        deinterleave_rows(dst, src, n, lanes);
+      } else {
+        for (int l = 0; l < lanes; ++l)
+          for (int64_t j = 0; j < n[l]; ++j) st(dst[l], j, src[j * W + l]);
+      }
+    }
   }
 }
 

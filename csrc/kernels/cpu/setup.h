@@ -56,7 +56,8 @@
 //     (forward_probability.h; a lone long pair on column blocks);
 //   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
 //     domain (forward_simd.h);
-//   backward, linear gaps, T > 0: reverse_simd.h;
+//   backward, linear gaps, T > 0: reverse_simd.h (a lone long pair: its
+//     region's column blocks on the lanes);
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
 //     per-cell gaps): the probability-domain weights (reverse_affine_simd.h);
 //   double backward, linear gaps, T > 0: double_backward_simd.h;
