@@ -318,7 +318,7 @@ struct AffineTangentRowFns {
   };
 SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4)
 #if defined(__x86_64__)
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, __attribute__((target("avx2,fma"))), 8)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, SOFTSW_TARGET_AVX2, 8)
 #endif
 #undef SOFTSW_AFFINE_TANGENT_ROWS
 
@@ -476,7 +476,7 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
       if (r == 0) continue;
       float* rows[W] = {};
       tangent_rows(r, k, rows);
-      const float* src[W];
+      const float* src[W] = {};
       for (int l = 0; l < W; ++l) src[l] = rows[l];
       interleave_rows(planes[k] + W, src, lane_nr, count, 1.0f);
     }

@@ -126,7 +126,7 @@ inline void affine_row_weights_baseline(const AffineRowInputs& in, int64_t n,
   affine_row_weights_body<4>(in, n, sh, out);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline void affine_row_weights_avx2(
+SOFTSW_TARGET_AVX2 inline void affine_row_weights_avx2(
     const AffineRowInputs& in, int64_t n, const AffineRowShares& sh, float* const* out) {
   affine_row_weights_body<8>(in, n, sh, out);
 }

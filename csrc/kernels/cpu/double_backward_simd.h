@@ -200,11 +200,11 @@ struct TangentRowsOf {
 #if defined(__x86_64__)
 template <bool SOFT>
 struct TangentRowsAvx2 {
-  __attribute__((target("avx2,fma"))) static void tangent(const TangentRows& r, int32_t n,
+  SOFTSW_TARGET_AVX2 static void tangent(const TangentRows& r, int32_t n,
                                                           int32_t i, const ReverseLanes& ln) {
     tangent_row_body<8, SOFT>(r, n, i, ln);
   }
-  __attribute__((target("avx2,fma"))) static void reverse(const TangentRows& r,
+  SOFTSW_TARGET_AVX2 static void reverse(const TangentRows& r,
                                                           const TangentMessages& m, int32_t n,
                                                           int32_t i, const ReverseLanes& ln,
                                                           const float* sdot, float inv_t) {
@@ -303,7 +303,7 @@ void double_backward_linear_group(const Setup<T>& su, const ReversePair* pairs, 
       std::fill(dst + W, dst + (ng + 1) * W, 0.0f);
       return;
     }
-    const float* src[W];
+    const float* src[W] = {};
     for (int l = 0; l < count; ++l) src[l] = hid[l] + (r - 1) * N;
     interleave_rows(dst + W, src, full_row, count, 1.0f);
   };
@@ -320,7 +320,7 @@ void double_backward_linear_group(const Setup<T>& su, const ReversePair* pairs, 
     }
     float* rows[W] = {};
     hdot_rows(r, rows);
-    const float* src[W];
+    const float* src[W] = {};
     for (int l = 0; l < W; ++l) src[l] = rows[l];
     std::fill(dst + W, dst + (ng + 1) * W, 0.0f);
     interleave_rows(dst + W, src, lane_nr, count, 1.0f);

@@ -396,13 +396,13 @@ void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int
 }
 #if defined(__x86_64__)
 template <int KIND, bool SOFT, bool MASKED, bool STATE>
-__attribute__((target("avx2,fma"))) void probability_row_avx2(const ProbabilityRows& r,
+SOFTSW_TARGET_AVX2 void probability_row_avx2(const ProbabilityRows& r,
                                                               ProbabilityGaps gap, int32_t n,
                                                               int32_t i, ProbabilityLanes& ln) {
   probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
 }
 template <int KIND, bool SOFT, bool MASKED, bool STATE>
-__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
+SOFTSW_TARGET_AVX512 void
 probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
   probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
@@ -568,7 +568,7 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       prefetch_rows(rows_next, count, ng);
     }
     if constexpr (std::is_same_v<T, float>) {
-      const float* src[W];
+      const float* src[W] = {};
       for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;
       interleave_rows(sb, src, lane_n, count, su.beta);
     }

@@ -127,13 +127,13 @@ void row_baseline(const float* s, const float* g, const float* prev, float* cur,
 
 #if defined(__x86_64__)
 template <bool HARD, bool SOFT>
-__attribute__((target("avx2,fma"))) void row_avx2(const float* s, const float* g,
+SOFTSW_TARGET_AVX2 void row_avx2(const float* s, const float* g,
                                                   const float* prev, float* cur, int32_t n,
                                                   int32_t i, Lanes& ln, RowPrefetcher& pf) {
   row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln, pf);
 }
 template <bool HARD, bool SOFT>
-__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void row_avx512(
+SOFTSW_TARGET_AVX512 void row_avx512(
     const float* s, const float* g, const float* prev, float* cur, int32_t n, int32_t i,
     Lanes& ln, RowPrefetcher& pf) {
   row_body<8, HARD, SOFT>(s, g, prev, cur, n, i, ln, pf);
@@ -225,7 +225,7 @@ inline void affine_hard_row_baseline(const AffineLogRows& r, int32_t n, int32_t 
   affine_hard_row_body<4>(r, n, i, ln, pf);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline void affine_hard_row_avx2(const AffineLogRows& r,
+SOFTSW_TARGET_AVX2 inline void affine_hard_row_avx2(const AffineLogRows& r,
                                                                      int32_t n, int32_t i,
                                                                      Lanes& ln,
                                                                      RowPrefetcher& pf) {
@@ -331,7 +331,7 @@ void forward_log_group(const Setup<T>& su, const int64_t* pairs, int count, cons
       prefetch_rows(rows_next, count, ng);
     }
     if constexpr (std::is_same_v<T, float>) {
-      const float* src[W];
+      const float* src[W] = {};
       for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;
       interleave_rows(sb, src, row_n, count, su.beta);
     }

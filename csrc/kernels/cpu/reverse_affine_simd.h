@@ -167,14 +167,14 @@ void reverse_affine_row_baseline(const AffineReverseRows& r, AffineGapWeights ga
 }
 #if defined(__x86_64__)
 template <bool SOFT, bool GAP_TENSOR>
-__attribute__((target("avx2,fma"))) void reverse_affine_row_avx2(const AffineReverseRows& r,
+SOFTSW_TARGET_AVX2 void reverse_affine_row_avx2(const AffineReverseRows& r,
                                                                  AffineGapWeights gap, int32_t n,
                                                                  int32_t i,
                                                                  const ReverseLanes& ln) {
   reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
 }
 template <bool SOFT, bool GAP_TENSOR>
-__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void
+SOFTSW_TARGET_AVX512 void
 reverse_affine_row_avx512(const AffineReverseRows& r, AffineGapWeights gap, int32_t n, int32_t i,
                           const ReverseLanes& ln) {
   reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);

@@ -119,12 +119,12 @@ void reverse_row_baseline(const ReverseRows& r, int32_t n, int32_t i, const Reve
 }
 #if defined(__x86_64__)
 template <bool SOFT>
-__attribute__((target("avx2,fma"))) void reverse_row_avx2(const ReverseRows& r, int32_t n,
+SOFTSW_TARGET_AVX2 void reverse_row_avx2(const ReverseRows& r, int32_t n,
                                                           int32_t i, const ReverseLanes& ln) {
   reverse_row_body<8, SOFT>(r, n, i, ln);
 }
 template <bool SOFT>
-__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))) void reverse_row_avx512(
+SOFTSW_TARGET_AVX512 void reverse_row_avx512(
     const ReverseRows& r, int32_t n, int32_t i, const ReverseLanes& ln) {
   reverse_row_body<8, SOFT>(r, n, i, ln);
 }
@@ -165,7 +165,7 @@ inline float sum_exp2_baseline(const float* x, int64_t N, int64_t m, int64_t n, 
   return sum_exp2_body<4>(x, N, m, n, total);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline float sum_exp2_avx2(const float* x, int64_t N,
+SOFTSW_TARGET_AVX2 inline float sum_exp2_avx2(const float* x, int64_t N,
                                                                int64_t m, int64_t n,
                                                                float total) {
   return sum_exp2_body<8>(x, N, m, n, total);
@@ -241,7 +241,7 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
       std::fill(dst + W, dst + (ng + 1) * W, 0.0f);
       return;
     }
-    const float* src[W];
+    const float* src[W] = {};
     for (int l = 0; l < count; ++l) src[l] = hid[l] + (r - 1) * N;
     interleave_rows(dst + W, src, row_n, count, 1.0f);
   };
@@ -267,7 +267,7 @@ void reverse_linear_group(const Setup<T>& su, const ReversePair* pairs, int coun
     }
     next.pace(ng, ng);
     if constexpr (std::is_same_v<T, float>) {
-      const float* src[W];
+      const float* src[W] = {};
       for (int l = 0; l < count; ++l) src[l] = i <= pairs[l].mr ? S[l] + (i - 1) * N : nullptr;
       interleave_rows(sb, src, row_n, count, su.beta);
     }

@@ -53,7 +53,7 @@ inline void row_weights_baseline(const float* h, const float* h_up, const float*
   row_weights_body<4>(h, h_up, s, g, n, total, scale, seeded, p1, p2, p3, e0);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) inline void row_weights_avx2(
+SOFTSW_TARGET_AVX2 inline void row_weights_avx2(
     const float* h, const float* h_up, const float* s, const float* g, int64_t n, float total,
     float scale, bool seeded, float* p1, float* p2, float* p3, float* e0) {
   row_weights_body<8>(h, h_up, s, g, n, total, scale, seeded, p1, p2, p3, e0);

@@ -41,6 +41,15 @@ int isa_level();
 
 #define SOFTSW_VINLINE inline __attribute__((always_inline))
 
+// The entry points of the wider instruction sets. `flatten` inlines every
+// call inside them, transitively: the cells of recurrence.h and
+// probability.h are ordinary functions, and one left out of line (as at -O1)
+// would be compiled for the baseline target and receive 32-byte vectors by
+// another calling convention than its AVX caller passes them.
+#define SOFTSW_TARGET_AVX2 __attribute__((target("avx2,fma"), flatten))
+#define SOFTSW_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), flatten))
+
 namespace softsw::cpu::simd {
 
 constexpr int W = 16;  // lanes (pairs) of a group, for every instruction set
