@@ -32,6 +32,9 @@ Environment
                            this build implies) appended as 0.1.0+cu126. PyPI refuses
                            local versions: release builds for PyPI leave it unset.
   SOFTSW_PTXAS_VERBOSE=1   print register/shared-memory use of every kernel.
+  SOFTSW_CPU_SANITIZE=1    CPU-only debug build of the CPU kernels: -O1 -g with
+                           AddressSanitizer (dev/sanitize_cpu.sh runs the tests under it;
+                           -O1 also shows code that is right only when inlined).
   MAX_JOBS                 parallel compile jobs (ninja; default: every core).
 
 The base version lives in one place, `__version__` in src/softsw/__init__.py. The
@@ -238,11 +241,18 @@ def extension():
     ]
     # torch >= 2.13 headers need C++20.
     cxx = ["-O3", "-std=c++20", "-fvisibility=hidden"] + defines
+    link = []
+    if env_flag("SOFTSW_CPU_SANITIZE"):
+        if WITH_CUDA:
+            raise RuntimeError("setup.py: SOFTSW_CPU_SANITIZE=1 needs SOFTSW_CPU_ONLY=1")
+        cxx = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"] + cxx[1:]
+        link = ["-fsanitize=address"]
     if not WITH_CUDA:
         return CppExtension(
             f"{PACKAGE}._C",
             sources,
             extra_compile_args={"cxx": cxx},
+            extra_link_args=link,
             py_limited_api=True,
         )
     cuda_sources = sorted(p.relative_to(ROOT).as_posix()
@@ -387,6 +397,8 @@ class BuildExt(BuildExtension):
     def finalize_options(self):
         super().finalize_options()
         variant = "cuda-" + re.sub(r"[^0-9A-Za-z.+]+", "_", ARCH_LIST) if WITH_CUDA else "cpu"
+        if env_flag("SOFTSW_CPU_SANITIZE"):
+            variant += "-sanitize"
         self.build_temp = str(ROOT / "build" / f"objects-{variant}")
 
     def run(self):
