@@ -416,13 +416,7 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
         for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = 0.0f;
       }
     }
-    if constexpr (std::is_same_v<T, float>) {
-      interleave_rows(dst, row, lane_nr, count, scale);
-    } else {
-      for (int l = 0; l < count; ++l)
-        if (row[l])
-          for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = ld(row[l], j) * scale;
-    }
+    interleave_rows_of(dst, row, lane_nr, count, scale);
   };
   // Row r's shares into `sh` (row 0: the boundary's).
   auto shares = [&](int64_t r, const AffineShareRow& sh) {
@@ -522,15 +516,9 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
                                     os,     io.hvp_g ? oo : nullptr, io.hvp_e ? oe : nullptr};
     fns.reverse(rows, msg, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, sdot,
                 static_cast<float>(su.inv_t));
-    const std::pair<T*, const float*> outs[] = {{io.hvp_s, os}, {io.hvp_g, oo}, {io.hvp_e, oe}};
-    for (const auto& [g, src] : outs) {
-      if (!g) continue;
-      for (int l = 0; l < count; ++l) {
-        if (i > pairs[l].mr) continue;
-        T* dst = g + pairs[l].b * MN + (i - 1) * N;
-        for (int64_t j = 0; j < lane_nr[l]; ++j) st(dst, j, src[j * W + l]);
-      }
-    }
+    scatter_row(su, pairs, count, i, lane_nr, os, io.hvp_s);
+    scatter_row(su, pairs, count, i, lane_nr, oo, io.hvp_g);
+    scatter_row(su, pairs, count, i, lane_nr, oe, io.hvp_e);
     for (int k = 0; k < 6; ++k) std::swap(in[k], out[k]);
     std::swap(here, up);
     std::swap(t, t_up);

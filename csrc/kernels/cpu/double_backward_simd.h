@@ -289,13 +289,7 @@ void double_backward_linear_group(const Setup<T>& su, const ReversePair* pairs, 
     const T* row[W] = {};
     for (int l = 0; l < count; ++l)
       if (src[l] && r >= 1 && r <= pairs[l].mr) row[l] = src[l] + (r - 1) * N;
-    if constexpr (std::is_same_v<T, float>) {
-      interleave_rows(dst, row, n, count, scale);
-    } else {
-      for (int l = 0; l < count; ++l)
-        if (row[l])
-          for (int64_t j = 0; j < n[l]; ++j) dst[j * W + l] = ld(row[l], j) * scale;
-    }
+    interleave_rows_of(dst, row, n, count, scale);
   };
   // H of row r over cols 1..ng (0 for the boundary row).
   auto gather_h = [&](int64_t r, float* dst) {
@@ -372,13 +366,8 @@ void double_backward_linear_group(const Setup<T>& su, const ReversePair* pairs, 
     const TangentMessages msg{in, in_dot, out, out_dot, os, io.hvp_g ? og : nullptr};
     fns.reverse(rows, msg, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, sdot,
                 static_cast<float>(su.inv_t));
-    for (int l = 0; l < count; ++l) {
-      if (i > pairs[l].mr) continue;
-      const int64_t k0 = pairs[l].b * su.MN + (i - 1) * N;
-      for (int64_t j = 0; j < lane_nr[l]; ++j) st(io.hvp_s, k0 + j, os[j * W + l]);
-      if (io.hvp_g)
-        for (int64_t j = 0; j < lane_nr[l]; ++j) st(io.hvp_g, k0 + j, og[j * W + l]);
-    }
+    scatter_row(su, pairs, count, i, lane_nr, os, io.hvp_s);
+    scatter_row(su, pairs, count, i, lane_nr, og, io.hvp_g);
     std::swap(in, out);
     std::swap(in_dot, out_dot);
     std::swap(h, h_up);

@@ -341,20 +341,9 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     }
     next.pace(ng, ng);
     row(rows_for(i, true, &next), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    const std::pair<T*, const float*> outs[] = {{grad_s, os}, {grad_o, oo}, {grad_e, oe}};
-    for (const auto& [g, src] : outs) {
-      if (!g) continue;
-      T* dst[W] = {};
-      for (int l = 0; l < count; ++l)
-        if (i <= pairs[l].mr) dst[l] = g + pairs[l].b * MN + (i - 1) * N;
-      if constexpr (std::is_same_v<T, float>) {
-        deinterleave_rows(dst, src, lane_nr, count);
-      } else {
-        for (int l = 0; l < count; ++l)
-          if (dst[l])
-            for (int64_t j = 0; j < lane_nr[l]; ++j) st(dst[l], j, src[j * W + l]);
-      }
-    }
+    scatter_row(su, pairs, count, i, lane_nr, os, grad_s);
+    scatter_row(su, pairs, count, i, lane_nr, oo, grad_o);
+    scatter_row(su, pairs, count, i, lane_nr, oe, grad_e);
     std::swap(in_c, out_c);
     std::swap(in_a, out_a);
     std::swap(in_u, out_u);

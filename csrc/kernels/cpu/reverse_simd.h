@@ -203,6 +203,19 @@ inline ReverseLanes lanes_of(const ReversePair* pairs, int count, int64_t& mg, i
   return ln;
 }
 
+// Row i of a group's output `g` ((B, M, N); nullptr: not wanted) from the
+// lane-interleaved row `src`: cols 1..lane_n[l] of each pair whose region has
+// row i.
+template <typename T>
+void scatter_row(const Setup<T>& su, const ReversePair* pairs, int count, int64_t i,
+                 const int64_t* lane_n, const float* src, T* g) {
+  if (!g) return;
+  T* dst[W] = {};
+  for (int l = 0; l < count; ++l)
+    if (i <= pairs[l].mr) dst[l] = g + pairs[l].b * su.MN + (i - 1) * su.N;
+  deinterleave_rows_of(dst, src, lane_n, count);
+}
+
 // One group of up to W pairs (regions non-empty), start to finish: writes
 // every entry of the pairs' gradients (zero outside the regions).
 template <typename T>
@@ -420,12 +433,7 @@ void reverse_linear_long_pair(const Setup<T>& su, const ReversePair& q, ReverseR
       const T* src[W] = {};
       int64_t n[W] = {};
       block_rows(S, src, n);
-      if constexpr (std::is_same_v<T, float>) {
-        interleave_rows(sb, src, n, lanes, su.beta);
-      } else {
-        for (int l = 0; l < lanes; ++l)
-          for (int64_t j = 0; j < n[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
-      }
+      interleave_rows_of(sb, src, n, lanes, su.beta);
       if (!gap_const)
         for (int l = 0; l < lanes; ++l)
           for (int64_t j = 0; j < n[l]; ++j) gb[j * W + l] = gap.at(row_of[l], first[l] + j + 1);
@@ -441,12 +449,7 @@ void reverse_linear_long_pair(const Setup<T>& su, const ReversePair& q, ReverseR
       T* dst[W] = {};
       int64_t n[W] = {};
       block_rows(g, dst, n);
-      if constexpr (std::is_same_v<T, float>) {
-        deinterleave_rows(dst, src, n, lanes);
-      } else {
-        for (int l = 0; l < lanes; ++l)
-          for (int64_t j = 0; j < n[l]; ++j) st(dst[l], j, src[j * W + l]);
-      }
+      deinterleave_rows_of(dst, src, n, lanes);
     }
   }
 }

@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../recurrence.h"
+#include "element.h"
 
 #if (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 9)) && \
     (defined(__x86_64__) || defined(__aarch64__))
@@ -283,6 +285,30 @@ inline void deinterleave_rows(float* const* dst, const float* src, const int64_t
   for (int l = l0; l < count; ++l)
     if (dst[l])
       for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+}
+
+// The same for rows of any element type (element.h): float rows through the
+// transposes above, the others converted element by element.
+template <typename T>
+inline void interleave_rows_of(float* dst, const T* const* src, const int64_t* n, int count,
+                               float scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    interleave_rows(dst, src, n, count, scale);
+  } else {
+    for (int l = 0; l < count; ++l)
+      if (src[l])
+        for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = ld(src[l], k) * scale;
+  }
+}
+template <typename T>
+inline void deinterleave_rows_of(T* const* dst, const float* src, const int64_t* n, int count) {
+  if constexpr (std::is_same_v<T, float>) {
+    deinterleave_rows(dst, src, n, count);
+  } else {
+    for (int l = 0; l < count; ++l)
+      if (dst[l])
+        for (int64_t k = 0; k < n[l]; ++k) st(dst[l], k, src[k * W + l]);
+  }
 }
 
 }  // namespace softsw::cpu::simd
