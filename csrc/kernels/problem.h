@@ -59,7 +59,10 @@ struct ForwardOutputs {
                               // PairTotal (recurrence.h) lays it out
 };
 
-// Number of accumulate-type elements of `hidden` for one problem.
+// Number of accumulate-type elements of `hidden` for one problem: room for
+// every cell's nodes. A backend may keep less and leave the rest unwritten
+// (the CPU's affine pairs in the probability domain keep a few rows,
+// cpu/checkpoints.h), so the buffer's pages need not all be touched.
 inline int64_t hidden_elements(int64_t batch, int64_t rows, int64_t cols, bool affine) {
   return (affine ? 3 : 1) * batch * rows * cols;
 }

@@ -4,11 +4,13 @@
 // affine_double_backward_simd.h for groups of pairs where they apply.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "../problem.h"
 #include "affine_double_backward_simd.h"
+#include "checkpoints.h"
 #include "double_backward_simd.h"
 #include "float_mode.h"
 #include "forward_probability.h"
@@ -118,12 +120,55 @@ inline int64_t group_count(int64_t pairs, double work) {
 // The soft seeds' normalisation of the pairs lo..hi (seed_scale of reverse.h).
 template <typename T>
 void set_seed_scales(const Setup<T>& su, const float* hidden, simd::ReversePair* pairs, int64_t lo,
-                     int64_t hi) {
+                     int64_t hi, bool checkpoints) {
   for (int64_t k = lo; k < hi; ++k) {
     simd::ReversePair& q = pairs[k];
-    const float z = simd::sum_exp2(hidden + q.b * su.planes * su.MN, su.N, q.mr, q.nr, q.total);
+    const float* slice = hidden + q.b * su.planes * su.MN;
+    if (checkpoints) {
+      q.scale = AffineCheckpoints::seed_scale(slice);
+      continue;
+    }
+    const float z = simd::sum_exp2(slice, su.N, q.mr, q.nr, q.total);
     q.scale = z > 0.0f ? 1.0f / z : 1.0f;
   }
+}
+
+// The C, U, L planes of every pair (as the forward keeps them without
+// checkpoints), for the passes that read every cell's (the double backward):
+// the pairs of `pairs` (affine, in range: their training forward kept
+// checkpoints, checkpoints.h) run forward again, the others' planes copied.
+template <typename T>
+std::unique_ptr<float[]> affine_planes(const Setup<T>& su, const float* hidden,
+                                       const std::vector<simd::ReversePair>& pairs, double work) {
+  const int64_t B = su.p.batch, slice = su.planes * su.MN;
+  std::unique_ptr<float[]> planes(new float[static_cast<size_t>(B * slice)]);
+  std::vector<char> again(static_cast<size_t>(B), 0);
+  std::vector<int64_t> b_of;
+  for (const simd::ReversePair& q : pairs) {
+    again[q.b] = 1;
+    b_of.push_back(q.b);
+  }
+  std::vector<T> score(static_cast<size_t>(B));
+  std::vector<float> total(static_cast<size_t>(2 * B));
+  std::vector<int64_t> argmax(static_cast<size_t>(B));
+  ForwardOutputs out;
+  out.score = score.data();
+  out.hidden = planes.get();
+  out.argmax = argmax.data();
+  out.total = total.data();
+  const simd::ProbabilityRowFns rows = simd::pick_probability_rows(su.p, true);
+  const int64_t P = static_cast<int64_t>(b_of.size()), groups = group_count(P, work);
+  parallel_for<Scratch<float>>(groups + B, work, [&](int64_t g, Scratch<float>& sc) {
+    if (g < groups) {
+      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+      simd::probability_group<T>(su, b_of.data() + lo, static_cast<int>(hi - lo), rows, out,
+                                 sc.lanes, /*checkpoints=*/false);
+    } else if (!again[g - groups]) {
+      const int64_t b = g - groups;
+      std::copy(hidden + b * slice, hidden + (b + 1) * slice, planes.get() + b * slice);
+    }
+  });
+  return planes;
 }
 #endif
 
@@ -163,8 +208,8 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
         return;
       }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi);
-      if (hi - lo > 1) {
+      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
+      if (hi - lo > 1 || p.affine) {
         if (p.affine)
           simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
                                         affine_row, hidden, gS, gO, gE, sc.lanes);
@@ -175,10 +220,6 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
       }
       // A lone pair: one busy lane of W is slower than the scalar loop.
       const simd::ReversePair& q = pairs[lo];
-      if (p.affine) {
-        backward_one<T>(su, args, q.b, sc);
-        return;
-      }
       if (q.nr >= 4 * simd::W) {  // a long one: its column blocks on the lanes
         simd::reverse_linear_long_pair<T>(su, q, row, hidden, gS, gO, sc.lanes);
         return;
@@ -306,11 +347,19 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
         simd::isa_level() < 0)
       return false;
-    const float* hidden = static_cast<const float*>(args.state.hidden);
     std::vector<simd::ReversePair> pairs;
     std::vector<int64_t> singles;
     double work = 0;
     group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+    // Affine gaps: every cell's C, U, L, where the forward kept checkpoints.
+    DoubleBackwardArgs args_planes = args;
+    std::unique_ptr<float[]> planes;
+    if (p.affine) {
+      planes = affine_planes(su, static_cast<const float*>(args.state.hidden), pairs, work);
+      args_planes.state.hidden = planes.get();
+    }
+    const DoubleBackwardArgs& a = args_planes;
+    const float* hidden = static_cast<const float*>(a.state.hidden);
     work *= 2;  // a tangent and a reverse pass
     const int64_t P = static_cast<int64_t>(pairs.size());
     const int64_t groups = group_count(P, work);
@@ -330,15 +379,15 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     const int64_t items = groups + static_cast<int64_t>(singles.size());
     parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
       if (g >= groups) {
-        double_backward_one<T>(su, args, singles[g - groups], sc);
+        double_backward_one<T>(su, a, singles[g - groups], sc);
         return;
       }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
       if (hi - lo == 1) {  // one busy lane of W is slower than the scalar passes
-        double_backward_one<T>(su, args, pairs[lo].b, sc);
+        double_backward_one<T>(su, a, pairs[lo].b, sc);
         return;
       }
-      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi);
+      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/false);
       const int count = static_cast<int>(hi - lo);
       if (p.affine)
         simd::affine_double_backward_group<T>(su, pairs.data() + lo, count, affine, hidden, io, sc);

@@ -86,11 +86,13 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
   const Setup<T> su(p);
   const FlushSubnormals mode(!su.hard);
-  if (out.hidden)
-    advise_huge_pages(out.hidden, static_cast<size_t>(p.batch * su.planes * su.MN) * sizeof(A));
   constexpr bool kFloat = std::is_same_v<A, float>;
   const bool vector = SOFTSW_CPU_VECTOR && kFloat && su.M < (int64_t(1) << 30) &&
                       su.N < (int64_t(1) << 30) && simd::isa_level() >= 0;
+  // Affine pairs in the probability domain keep a few rows (checkpoints.h),
+  // in a state mostly never touched: a huge page would fault in all of it.
+  if (out.hidden && !(vector && p.affine && !su.hard))
+    advise_huge_pages(out.hidden, static_cast<size_t>(p.batch * su.planes * su.MN) * sizeof(A));
   std::vector<int64_t> pairs;
   double work = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -146,7 +148,7 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
           simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
         else
           simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo),
-                                     prob_rows, out, sc.lanes);
+                                     prob_rows, out, sc.lanes, /*checkpoints=*/p.affine);
         return;
       }
       g -= prob.count;

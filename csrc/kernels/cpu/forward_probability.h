@@ -27,6 +27,7 @@
 
 #include "../probability.h"
 #include "cell.h"
+#include "checkpoints.h"
 #include "setup.h"
 #include "simd.h"
 
@@ -86,6 +87,8 @@ struct alignas(64) ProbabilityLanes {
   float best[W];   // with state, "max": the largest H = log2 Z ...
   int32_t bi[W];   // ... and its first cell (i, j) in row-major order; -1: none
   int32_t bj[W];
+  float hmant[W];  // with state, affine "soft": the sum of 2^C as C was
+  int32_t hexpo[W];  // rounded to the state (the seeds' scale), likewise
   int32_t m[W];    // lane extents (0 for an unused lane)
   int32_t n[W];
 };
@@ -277,13 +280,18 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const F open_const = X::exp2(X::splat(gap.open)), extend_const = X::exp2(X::splat(gap.extend));
   I rowok[K], nl[K], el[K], ed[K], best_e[K], bi[K], bj[K];
-  F bl[K], ll[K], cd[K], best_m[K], best_h[K];
+  F bl[K], ll[K], cd[K], best_m[K], best_h[K], h_m[K];
+  I h_e[K];
   const I iv = X::splati(i);
   for (int k = 0; k < K; ++k) {
     if constexpr (STATE && !SOFT) {
       best_h[k] = X::load(ln.best + k * VL);
       bi[k] = X::loadi(ln.bi + k * VL);
       bj[k] = X::loadi(ln.bj + k * VL);
+    }
+    if constexpr (STATE && SOFT) {
+      h_m[k] = X::load(ln.hmant + k * VL);
+      h_e[k] = X::loadi(ln.hexpo + k * VL);
     }
     rowok[k] = X::splati(i) <= X::loadi(ln.m + k * VL);
     nl[k] = X::loadi(ln.n + k * VL);
@@ -307,6 +315,8 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       const F fu = X::pow2(eu - o), start = X::pow2(-o), fl = X::pow2(el[k] - o);
       F diag = cd[k] * X::pow2(ed[k] - o), b = bl[k] * fl, l = ll[k] * fl;
       F red = zero;
+      [[maybe_unused]] F red_h = zero;  // the sum of 2^(C - o) as C is kept
+      [[maybe_unused]] const F of = __builtin_convertvector(o, F);
       for (int32_t j = j0; j <= j1; ++j) {
         const int64_t c = j * W + lane;
         const F w = X::exp2(X::load(r.s + c - W));
@@ -332,9 +342,15 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         if constexpr (STATE) {
           const F h = log2_scaled<VL>(z, o);
           X::store(r.h + c, h);
-          X::store(r.h_u + c, log2_scaled<VL>(u, o));
-          X::store(r.h_l + c, log2_scaled<VL>(l, o));
-          if constexpr (!SOFT) {
+          if (r.h_u) {  // (a checkpointing forward needs C alone)
+            X::store(r.h_u + c, log2_scaled<VL>(u, o));
+            X::store(r.h_l + c, log2_scaled<VL>(l, o));
+          }
+          if constexpr (SOFT) {
+            F e2 = X::exp2(h - of);
+            if constexpr (MASKED) e2 = X::sel(rowok[k] & inside, e2, zero);
+            red_h += e2;
+          } else {
             I upd = h > best_h[k];
             if constexpr (MASKED) upd &= rowok[k] & inside;
             best_h[k] = X::sel(upd, h, best_h[k]);
@@ -355,6 +371,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       ll[k] = l;
       el[k] = o;
       if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      if constexpr (STATE && SOFT) fold_chunk<VL, true>(red_h, o, h_m[k], h_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -364,6 +381,10 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       X::store(ln.best + k * VL, best_h[k]);
       X::storei(ln.bi + k * VL, bi[k]);
       X::storei(ln.bj + k * VL, bj[k]);
+    }
+    if constexpr (STATE && SOFT) {
+      X::store(ln.hmant + k * VL, h_m[k]);
+      X::storei(ln.hexpo + k * VL, h_e[k]);
     }
   }
 }
@@ -448,108 +469,213 @@ inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
                : pick_probability_rows<kLinearConstantGap, false>();
 }
 
-// One group of up to W pairs (valid, non-empty, in range), start to finish:
-// writes score, total, argmax, and `hidden` (H, or the C, U, L planes) when
-// the forward keeps state (rows_fn must then be the STATE row functions).
+// The rows of a probability-domain group of up to W pairs (valid, non-empty,
+// in range): each lane's extents and inputs, the lane-interleaved state of
+// row i - 1 (z, and for affine gaps A and U, with the chunk exponents) and
+// row i, and row i's scores and gap scores. The forward runs it from row 0;
+// the affine backward runs it again from a checkpoint over one block of rows
+// (checkpoints.h). A lane's values inside its pair depend only on its pair and
+// on the columns the chunks cover, so a run over `cols` columns, a multiple of
+// kRenormSteps or every lane's width, repeats the forward bit for bit.
 template <typename T>
-void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
-                       const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
-                       std::vector<float>& mem) {
-  const Problem& p = su.p;
-  const int64_t N = su.N;
-  constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
+class ProbabilityGroup {
+ public:
+  static constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
+
+  // `rows`, `cols`: the extent to compute (0: the lanes' largest); a lane's
+  // columns past `cols` are left out.
+  ProbabilityGroup(const Setup<T>& su, const int64_t* pairs, int count, int64_t rows = 0,
+                   int64_t cols = 0)
+      : su_(su), count_(count) {
+    const Problem& p = su.p;
+    for (int l = 0; l < W; ++l) {
+      int64_t m = 0, n = 0;
+      if (l < count) {
+        su.extents(pairs[l], m, n);
+        S_[l] = static_cast<const T*>(p.scores) + pairs[l] * su.MN;
+        gv_[l] = su.gap(p.gap_open, pairs[l]);
+        if (p.affine) ge_[l] = su.gap(p.gap_extend, pairs[l]);
+      }
+      ln.m[l] = static_cast<int32_t>(m);
+      ln.n[l] = static_cast<int32_t>(n);
+      ln.mant[l] = ln.hmant[l] = 0.0f;
+      ln.expo[l] = ln.hexpo[l] = 0;
+      ln.best[l] = 0.0f;
+      ln.bi[l] = ln.bj[l] = -1;
+      lane_n[l] = n;
+      mg = std::max(mg, m);
+      ng = std::max(ng, n);
+    }
+    if (rows > 0) mg = rows;
+    if (cols > 0) ng = cols;
+    for (int l = 0; l < count; ++l) {  // columns past ng are not computed
+      lane_n[l] = std::min(lane_n[l], ng);
+      ln.n[l] = static_cast<int32_t>(lane_n[l]);
+    }
+    for (int l = 0; l < count; ++l) masked |= ln.m[l] < mg || ln.n[l] < ng;
+    gap_tensor_ = p.gap_open.data != nullptr || (p.affine && p.gap_extend.data != nullptr);
+    gaps_ = {gap_tensor_ ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
+             p.affine && !gap_tensor_ ? static_cast<float>(p.gap_extend.value) * su.beta : 0.0f};
+    stride = (ng + 1) * W;
+    chunks = (ng + C - 1) / C + 1;
+  }
+
+  // Floats bind() takes: the rows (z, scores, gap scores; affine: A, U, the
+  // extend scores) and the exponents of two rows.
+  int64_t floats() const { return (su_.p.affine ? 9 : 4) * stride + 2 * chunks * W; }
+
+  // Lays the rows out from `base` (floats() floats, 64-byte aligned) and
+  // starts at row 0: C = A = 1, exponent 0; scores and gap scores past a
+  // lane's pair -inf (weights 0) for good.
+  void bind(float* base) {
+    float* next = base;
+    auto take = [&]() {
+      float* a = next;
+      next += stride;
+      return a;
+    };
+    z_up = take();
+    z_ = take();
+    s = take();
+    g_ = take();
+    if (su_.p.affine) {
+      a_up = take();
+      a_ = take();
+      u_up = take();
+      u_ = take();
+      g_ext_ = take();
+    }
+    e_up = reinterpret_cast<int32_t*>(next);
+    e_ = e_up + chunks * W;
+    start();
+    std::fill(s, s + ng * W, -kInf<float>);
+    if (gap_tensor_) {
+      std::fill(g_, g_ + ng * W, -kInf<float>);
+      if (su_.p.affine) std::fill(g_ext_, g_ext_ + ng * W, -kInf<float>);
+    }
+  }
+
+  // Row 0: C = A = 1 (U = 0), exponent 0.
+  void start() {
+    std::fill(z_up, z_up + stride, 1.0f);
+    std::fill(e_up, e_up + chunks * W, 0);
+    if (a_up) {
+      std::fill(a_up, a_up + stride, 1.0f);
+      std::fill(u_up, u_up + stride, 0.0f);
+    }
+  }
+
+  // Row i's scores (kernel units) and gap scores into `s` and the gap rows,
+  // for the lanes whose pair has row i (the rest keep what they hold).
+  void gather(int64_t i) {
+    const int64_t N = su_.N;
+    if constexpr (std::is_same_v<T, float>) {
+      const float* src[W] = {};
+      for (int l = 0; l < count_; ++l) src[l] = i <= ln.m[l] ? S_[l] + (i - 1) * N : nullptr;
+      interleave_rows(s, src, lane_n, count_, su_.beta);
+    } else {
+      for (int l = 0; l < count_; ++l) {
+        if (i > ln.m[l]) continue;
+        const T* src = S_[l] + (i - 1) * N;
+        for (int64_t j = 0; j < ln.n[l]; ++j) s[j * W + l] = ld(src, j) * su_.beta;
+      }
+    }
+    if (gap_tensor_) {
+      gather_gap_row(gv_, i, g_);
+      if (su_.p.affine) gather_gap_row(ge_, i, g_ext_);
+    }
+  }
+
+  // Row i (its inputs gathered) from row i - 1; after it the `_up` rows hold
+  // row i. With state rows (h: C, h_u, h_l: U and L of row i) when given.
+  void step(ProbabilityRowFn row, int64_t i, float* h, float* h_u, float* h_l,
+            RowPrefetcher* next) {
+    const ProbabilityRows r{s,   gap_tensor_ ? g_ : nullptr, z_up, e_up, z_, e_, h, h_u, h_l,
+                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a_, u_, next,
+                            gap_tensor_ ? g_ext_ : nullptr};
+    row(r, gaps_, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
+    std::swap(z_up, z_);
+    std::swap(e_up, e_);
+    std::swap(a_up, a_);
+    std::swap(u_up, u_);
+  }
+
   ProbabilityLanes ln;
-  const T* S[W] = {};
-  GapView<T> gv[W], ge[W];
-  int64_t mg = 0, ng = 0;
-  for (int l = 0; l < W; ++l) {
-    int64_t m = 0, n = 0;
-    if (l < count) {
-      su.extents(pairs[l], m, n);
-      S[l] = static_cast<const T*>(p.scores) + pairs[l] * su.MN;
-      gv[l] = su.gap(p.gap_open, pairs[l]);
-      if (p.affine) ge[l] = su.gap(p.gap_extend, pairs[l]);
-    }
-    ln.m[l] = static_cast<int32_t>(m);
-    ln.n[l] = static_cast<int32_t>(n);
-    ln.mant[l] = 0.0f;
-    ln.expo[l] = 0;
-    ln.best[l] = 0.0f;
-    ln.bi[l] = ln.bj[l] = -1;
-    mg = std::max(mg, m);
-    ng = std::max(ng, n);
-  }
-  int64_t lane_n[W];
-  bool masked = false;
-  for (int l = 0; l < W; ++l) {
-    lane_n[l] = ln.n[l];
-    masked |= l < count && (ln.m[l] != mg || ln.n[l] != ng);
-  }
-  // Per-cell gap scores (affine: open and extend, both rows gathered when
-  // either is a tensor).
-  const bool gap_tensor = p.gap_open.data != nullptr || (p.affine && p.gap_extend.data != nullptr);
-  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][masked];
-  const ProbabilityGaps gaps{gap_tensor ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
-                             p.affine && !gap_tensor
-                                 ? static_cast<float>(p.gap_extend.value) * su.beta
-                                 : 0.0f};
-  // Rows (z = C, and for affine gaps A and U) of row i - 1 and row i, scores,
-  // gap scores, the state's rows, and the chunk exponents of both rows.
-  const int64_t stride = (ng + 1) * W, chunks = (ng + C - 1) / C + 1;
-  const int64_t rows = p.affine ? 10 : 3;
-  mem.assign(static_cast<size_t>((rows + 2) * stride + 2 * chunks * W + 16), 0.0f);  // rows + s, g
-  float* base = mem.data();
-  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *gb = base + 3 * stride;
-  float *a_up = nullptr, *a = nullptr, *u_up = nullptr, *u = nullptr;
-  float *hb = nullptr, *hb_u = nullptr, *hb_l = nullptr;
-  float* hidden = static_cast<float*>(out.hidden);
-  float* hid[W] = {};
-  if (hidden) {
-    hb = base + (p.affine ? 8 : 4) * stride;
-    hb_u = p.affine ? base + 9 * stride : nullptr;
-    hb_l = p.affine ? base + 10 * stride : nullptr;
-    for (int l = 0; l < count; ++l) {
-      hid[l] = hidden + pairs[l] * su.planes * su.MN;
-      for (int64_t k = 0; k < su.planes; ++k)
-        fill_outside<float>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], 0.0f);
-    }
-  }
-  float* gb_ext = nullptr;
-  if (p.affine) {
-    a_up = base + 4 * stride;
-    a = base + 5 * stride;
-    u_up = base + 6 * stride;  // row 0: U = 0
-    u = base + 7 * stride;
-    gb_ext = base + 11 * stride;
-    std::fill(a_up, a_up + stride, 1.0f);
-  }
-  int32_t* e_up = reinterpret_cast<int32_t*>(base + (rows + 2) * stride);
-  int32_t* e = e_up + chunks * W;
-  // Row 0: C = A = 1, exponent 0. Scores (and gaps) past a lane's pair: -inf.
-  std::fill(z_up, z_up + stride, 1.0f);
-  std::fill(sb, sb + ng * W, -kInf<float>);
-  if (gap_tensor) {
-    std::fill(gb, gb + ng * W, -kInf<float>);
-    if (p.affine) std::fill(gb_ext, gb_ext + ng * W, -kInf<float>);
-  }
+  int64_t lane_n[W] = {};
+  int64_t mg = 0, ng = 0;  // rows and columns computed
+  bool masked = false;     // a lane's pair smaller than (mg, ng): the masked rows
+  int64_t stride = 0, chunks = 0;
+  // Row i - 1 before step(i), row i after it: scaled C (z), A, U (affine
+  // gaps) at j * W (col 0 unused), chunk q's exponent at q * W.
+  float *z_up = nullptr, *a_up = nullptr, *u_up = nullptr;
+  int32_t* e_up = nullptr;
+  float* s = nullptr;  // the gathered row's scores, col j at (j - 1) * W
+
+ private:
   // Row i of the lanes' gap scores (kernel units) into `dst`, the lanes whose
   // pair has row i; the rest keep what they hold.
-  auto gather_gap_row = [&](const GapView<T>* g, int64_t i, float* dst) {
+  void gather_gap_row(const GapView<T>* g, int64_t i, float* dst) {
     const T* src[W] = {};
     bool rows = true;
-    for (int l = 0; l < count; ++l)
+    for (int l = 0; l < count_; ++l)
       if (i <= ln.m[l]) rows &= (src[l] = g[l].row(i)) != nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (rows) {
-        interleave_rows(dst, src, lane_n, count, su.beta);
+        interleave_rows(dst, src, lane_n, count_, su_.beta);
         return;
       }
     }
-    for (int l = 0; l < count; ++l)
+    for (int l = 0; l < count_; ++l)
       if (i <= ln.m[l])
         for (int64_t j = 0; j < ln.n[l]; ++j) dst[j * W + l] = g[l].at(i, j + 1);
-  };
+  }
+
+  const Setup<T>& su_;
+  int count_;
+  const T* S_[W] = {};
+  GapView<T> gv_[W], ge_[W];
+  bool gap_tensor_ = false;
+  ProbabilityGaps gaps_{};
+  float *z_ = nullptr, *a_ = nullptr, *u_ = nullptr, *g_ = nullptr, *g_ext_ = nullptr;
+  int32_t* e_ = nullptr;
+};
+
+// One group of up to W pairs (valid, non-empty, in range), start to finish:
+// writes score, total, argmax, and `hidden` when the forward keeps state
+// (rows_fn must then be the STATE row functions): H (linear gaps), the C, U,
+// L planes (affine gaps, `checkpoints` false) or an affine pair's checkpoints
+// (checkpoints.h).
+template <typename T>
+void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
+                       const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
+                       std::vector<float>& mem, bool checkpoints) {
+  const Problem& p = su.p;
+  const int64_t N = su.N;
+  ProbabilityGroup<T> grp(su, pairs, count);
+  ProbabilityLanes& ln = grp.ln;
+  const int64_t mg = grp.mg, ng = grp.ng, stride = grp.stride;
+  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][grp.masked];
+  float* hidden = static_cast<float*>(out.hidden);
+  const bool planes = hidden && !checkpoints;
+  // The group's rows, then the state rows of row i (H, or C, U, L).
+  const int64_t state_rows = hidden ? (p.affine ? 3 : 1) : 0;
+  mem.resize(static_cast<size_t>(grp.floats() + state_rows * stride + 16));
+  float* base = mem.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  grp.bind(base);
+  float* hb = hidden ? base + grp.floats() : nullptr;
+  float* hb_u = planes && p.affine ? hb + stride : nullptr;
+  float* hb_l = planes && p.affine ? hb + 2 * stride : nullptr;
+  float* hid[W] = {};
+  const AffineCheckpoints ck(N);
+  for (int l = 0; hidden && l < count; ++l) {
+    hid[l] = hidden + pairs[l] * su.planes * su.MN;
+    if (planes)
+      for (int64_t k = 0; k < su.planes; ++k)
+        fill_outside<float>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], 0.0f);
+    else
+      ck.clear(hid[l], su.planes * su.MN, su.p.batch * su.planes * su.MN);
+  }
   for (int64_t i = 1; i <= mg; ++i) {
     // The next row's scores (and its H, or C, U, L), spread over this row
     // for float scores, else in one burst.
@@ -557,53 +683,36 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     if (std::is_same_v<T, float>) {
       for (int l = 0; l < count; ++l) {
         if (i >= ln.m[l]) continue;
-        next.add(S[l] + i * N);
-        if (hidden)
+        next.add(static_cast<const T*>(p.scores) + pairs[l] * su.MN + i * N);
+        if (planes)
           for (int64_t k = 0; k < su.planes; ++k) next.add(hid[l] + k * su.MN + i * N);
       }
       next.pace(ng, ng);
     } else {
       const T* rows_next[W];
-      for (int l = 0; l < count; ++l) rows_next[l] = i < ln.m[l] ? S[l] + i * N : nullptr;
+      for (int l = 0; l < count; ++l)
+        rows_next[l] = i < ln.m[l] ? static_cast<const T*>(p.scores) + pairs[l] * su.MN + i * N
+                                   : nullptr;
       prefetch_rows(rows_next, count, ng);
     }
-    if constexpr (std::is_same_v<T, float>) {
-      const float* src[W] = {};
-      for (int l = 0; l < count; ++l) src[l] = i <= ln.m[l] ? S[l] + (i - 1) * N : nullptr;
-      interleave_rows(sb, src, lane_n, count, su.beta);
-    }
-    for (int l = 0; l < count; ++l) {
-      if (i > ln.m[l]) continue;
-      if constexpr (!std::is_same_v<T, float>) {
-        const T* src = S[l] + (i - 1) * N;
-        for (int64_t j = 0; j < ln.n[l]; ++j) sb[j * W + l] = ld(src, j) * su.beta;
-      }
-    }
-    if (gap_tensor) {
-      gather_gap_row(gv, i, gb);
-      if (p.affine) gather_gap_row(ge, i, gb_ext);
-    }
-    const ProbabilityRows r{sb,   gap_tensor ? gb : nullptr, z_up, e_up, z, e, hb, hb_u, hb_l,
-                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a, u, &next,
-                            gap_tensor ? gb_ext : nullptr};
-    row(r, gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    if (hidden) {
+    grp.gather(i);
+    grp.step(row, i, hb, hb_u, hb_l, &next);
+    if (planes) {
       float* dst[W];
       for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
-      deinterleave_rows(dst, hb + W, lane_n, count);
+      deinterleave_rows(dst, hb + W, grp.lane_n, count);
       if (p.affine) {
         for (int l = 0; l < count; ++l)
           if (dst[l]) dst[l] += su.MN;
-        deinterleave_rows(dst, hb_u + W, lane_n, count);
+        deinterleave_rows(dst, hb_u + W, grp.lane_n, count);
         for (int l = 0; l < count; ++l)
           if (dst[l]) dst[l] += su.MN;
-        deinterleave_rows(dst, hb_l + W, lane_n, count);
+        deinterleave_rows(dst, hb_l + W, grp.lane_n, count);
       }
+    } else if (hidden) {
+      for (int l = 0; l < count; ++l)
+        if (ck.saves(i, ln.m[l])) ck.save(grp.z_up, grp.a_up, grp.u_up, grp.e_up, l, ln.n[l], i, hid[l]);
     }
-    std::swap(z_up, z);
-    std::swap(e_up, e);
-    std::swap(a_up, a);
-    std::swap(u_up, u);
   }
   float* total = static_cast<float*>(out.total);
   for (int l = 0; l < count; ++l) {
@@ -621,6 +730,16 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     t.store(total, b);
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
     out.argmax[b] = argmax;
+    if (hidden && checkpoints) {
+      // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's cells
+      // (the C the backward computes again), from the row passes' sum.
+      float scale = 1.0f;
+      if (su.soft_reduction && ln.hmant[l] > 0.0f && ln.mant[l] > 0.0f)
+        scale = static_cast<float>(std::exp2(
+            -(std::log2(double(ln.hmant[l])) - std::log2(double(ln.mant[l])) +
+              double(ln.hexpo[l] - ln.expo[l]))));
+      ck.set_seed_scale(hid[l], scale);
+    }
   }
 }
 

@@ -4,8 +4,9 @@
 // as the linear reverse pass (reverse_simd.h).
 //
 // The weights are probability.h's AffineProbabilityWeights: per cell the
-// shares of its nodes relative to its C node (4 exp2 from the C, U, L the
-// forward kept), every weight a ratio of them. A row's pass derives the
+// shares of its nodes relative to its C node (4 exp2 from C, U, L: the
+// forward's, run again block by block from its checkpoints, checkpoints.h),
+// every weight a ratio of them. A row's pass derives the
 // shares of the row above (the U node's weights read them, and the next row's
 // pass reuses them) while it carries the adjoints of its own row: the messages
 // to C, A and U from the row below, to B and L from the right neighbour (the
@@ -25,6 +26,8 @@
 #include <vector>
 
 #include "../probability.h"
+#include "checkpoints.h"
+#include "forward_probability.h"
 #include "reverse_simd.h"
 #include "setup.h"
 #include "simd.h"
@@ -201,7 +204,9 @@ inline AffineReverseRowFn pick_reverse_affine_row(bool soft, bool gap_tensor) {
 
 // One group of up to W pairs (regions non-empty, inside the range rule),
 // start to finish: writes every entry of the pairs' gradients (zero outside
-// the regions).
+// the regions). The pairs' C, U, L come from the forward run again over one
+// block of rows at a time, last block first, from the checkpoints the
+// training forward kept in `hidden` (checkpoints.h).
 template <typename T>
 void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int count,
                           AffineReverseRowFn row, const float* hidden, T* grad_s, T* grad_o,
@@ -210,11 +215,11 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   const int64_t N = su.N, MN = su.MN;
   int64_t mg = 0, ng = 0;
   const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
-  const T* S[W] = {};
   GapView<T> go[W], ge[W];
+  int64_t b_of[W] = {};
   for (int l = 0; l < count; ++l) {
     const ReversePair& q = pairs[l];
-    S[l] = static_cast<const T*>(p.scores) + q.b * MN;
+    b_of[l] = q.b;
     go[l] = su.gap(p.gap_open, q.b);
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {grad_s, grad_o, grad_e})
@@ -224,11 +229,25 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   const AffineGapWeights gaps{
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
-  // Lane-interleaved rows: C of two rows, U, L, scores, two sets of shares
-  // (5 each), gap scores (2), messages in and out (3 each), gradients (3).
-  const int64_t stride = (ng + 1) * W;
-  constexpr int kRows = 5 + 2 * 5 + 2 + 6 + 3;
-  mem.assign(static_cast<size_t>(kRows * stride + 16), 0.0f);
+  // The forward over the regions' rows and whole chunks of their columns
+  // (its values then equal the training forward's bit for bit).
+  const AffineCheckpoints ck(N);
+  constexpr int64_t C = AffineCheckpoints::C;
+  int64_t widest = 0;
+  for (int l = 0; l < count; ++l) {
+    int64_t m = 0, n = 0;
+    su.extents(b_of[l], m, n);
+    widest = std::max(widest, n);
+  }
+  ProbabilityGroup<T> fwd(su, b_of, count, mg, std::min((ng + C - 1) / C * C, widest));
+  const ProbabilityRowFn forward_row =
+      pick_probability_rows(p, true).fn[su.soft_reduction][fwd.masked];
+  // Lane-interleaved rows: two sets of shares (5 each), gap scores (2),
+  // messages in and out (3 each), gradients (3); then the forward's rows, and
+  // a block's C, U, L and scores: rows lo - 2 .. hi of block [lo, hi].
+  const int64_t stride = (ng + 1) * W, fstride = fwd.stride, slots = ck.k + 2;
+  constexpr int kRows = 2 * 5 + 2 + 6 + 3;
+  mem.assign(static_cast<size_t>(kRows * stride + fwd.floats() + 4 * slots * fstride + 32), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float* next = base;
@@ -237,7 +256,6 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     next += stride;
     return a;
   };
-  float *c_a = take(), *c_b = take(), *u_up = take(), *l_up = take(), *s_up = take();
   AffineShareRows here{take(), take(), take(), take(), take()};
   AffineShareRows up{take(), take(), take(), take(), take()};
   float *open = take(), *extend = take();
@@ -245,55 +263,54 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   float *out_c = take(), *out_a = take(), *out_u = take();
   float *os = take(), *oo = take(), *oe = take();
   for (const AffineShareRows& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+  while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
+  fwd.bind(next);
+  float* block = next + fwd.floats();
+  while (reinterpret_cast<uintptr_t>(block) % 64 != 0) ++block;
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
-  const float* hid[W] = {};
-  for (int l = 0; l < count; ++l) hid[l] = hidden + pairs[l].b * su.planes * MN;
-  // Plane `plane` of row r (1-based; 0: the boundary C = 0) into `dst`, cols
-  // 1..nr of each lane whose region has row r.
-  auto gather = [&](int plane, int64_t r, float* dst) {
-    if (r == 0) {
-      std::fill(dst + W, dst + stride, 0.0f);
-      return;
-    }
-    const float* src[W] = {};
-    for (int l = 0; l < count; ++l)
-      if (r <= pairs[l].mr) src[l] = hid[l] + plane * MN + (r - 1) * N;
-    interleave_rows(dst + W, src, lane_nr, count, 1.0f);
-  };
-  auto gather_scores = [&](int64_t r) {
-    if constexpr (std::is_same_v<T, float>) {
-      const float* src[W] = {};
-      for (int l = 0; l < count; ++l) src[l] = r <= pairs[l].mr ? S[l] + (r - 1) * N : nullptr;
-      interleave_rows(s_up, src, lane_nr, count, su.beta);
+  // Block t: rows lo .. hi; plane 0..3 (C, U, L, scores) of row r at
+  // slot r - (lo - 2). Col 0 of C stays 0 (the boundary's C = 1).
+  int64_t lo = 0, hi = 0;
+  auto slot = [&](int plane, int64_t r) { return block + (plane * slots + r - (lo - 2)) * fstride; };
+  auto recompute = [&](int64_t t) {
+    lo = t * ck.k + 1;
+    hi = std::min(lo + ck.k - 1, mg);
+    int64_t r0 = 0;
+    if (t == 0) {
+      fwd.start();
+      std::fill(slot(0, 0), slot(0, 0) + fstride, 0.0f);  // row 0: C = 1
     } else {
-      for (int l = 0; l < count; ++l) {
-        if (r > pairs[l].mr) continue;
-        const T* src = S[l] + (r - 1) * N;
-        for (int64_t j = 0; j < lane_nr[l]; ++j) s_up[j * W + l] = ld(src, j) * su.beta;
-      }
+      r0 = ck.restart_row(t);
+      std::fill(fwd.z_up, fwd.z_up + fstride, 0.0f);
+      std::fill(fwd.a_up, fwd.a_up + fstride, 0.0f);
+      std::fill(fwd.u_up, fwd.u_up + fstride, 0.0f);
+      std::fill(fwd.e_up, fwd.e_up + fwd.chunks * W, 0);
+      for (int l = 0; l < count; ++l)
+        if (ck.saves(r0, fwd.ln.m[l]))
+          ck.restore(hidden + b_of[l] * su.planes * MN, l, fwd.ln.n[l], r0, fwd.z_up, fwd.a_up,
+                     fwd.u_up, fwd.e_up);
+    }
+    for (int64_t r = r0 + 1; r <= hi; ++r) {
+      fwd.gather(r);
+      fwd.step(forward_row, r, slot(0, r), slot(1, r), slot(2, r), nullptr);
+      std::copy(fwd.s, fwd.s + fwd.ng * W, slot(3, r));
     }
   };
-  // Row r - 1's inputs to derive its shares; C of row r - 1 is already in
-  // `c_up` (the previous row's C of the row above), C of row r - 2 goes to
-  // the other C buffer.
-  float *c_up = c_a, *c_up2 = c_b;
+  // Row r - 1's inputs to derive its shares: C of rows r - 1 and r - 2, U
+  // and L of row r - 1, its scores.
   auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
     AffineReverseRows rows{};
     rows.prefetch = next;
     rows.derive = r >= 2;
     rows.sweep = sweep;
     if (rows.derive) {
-      gather(0, r - 2, c_up2);
-      gather(1, r - 1, u_up);
-      gather(2, r - 1, l_up);
-      gather_scores(r - 1);
+      rows.c_up = slot(0, r - 1);
+      rows.c_up2 = slot(0, r - 2);
+      rows.u_up = slot(1, r - 1);
+      rows.l_up = slot(2, r - 1);
+      rows.s_up = slot(3, r - 1);
     }
-    rows.c_up = c_up;
-    rows.c_up2 = c_up2;
-    rows.u_up = u_up;
-    rows.l_up = l_up;
-    rows.s_up = s_up;
     rows.here = here;
     rows.up = up;
     rows.open = open;
@@ -310,12 +327,13 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     return rows;
   };
   // The shares of row mg first, then each row's pass from the last up.
-  gather(0, mg, c_up);
+  int64_t t = (mg - 1) / ck.k;
+  recompute(t);
   RowPrefetcher none;
   row(rows_for(mg + 1, false, &none), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(mg + 1), ln);
   for (int64_t i = mg; i >= 1; --i) {
+    if (i < lo) recompute(--t);
     std::swap(here, up);
-    std::swap(c_up, c_up2);
     if (gap_tensor)
       for (int l = 0; l < count; ++l) {
         if (i > pairs[l].mr) continue;
@@ -324,21 +342,13 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
           extend[j * W + l] = ge[l].at(i, j + 1);
         }
       }
-    // What the next row's pass reads (row i - 2's nodes and scores) and
-    // writes (row i - 1's gradients), spread over this row's columns.
+    // The rows the next row's pass writes (row i - 1's gradients), spread
+    // over this row's columns.
     RowPrefetcher next;
-    for (int l = 0; l < count && i >= 2; ++l) {
-      const int64_t mr = pairs[l].mr;
-      if (i - 2 >= 1 && i - 2 <= mr) {
-        if (i >= 4) next.add(hid[l] + (i - 4) * N);
-        next.add(hid[l] + MN + (i - 3) * N);
-        next.add(hid[l] + 2 * MN + (i - 3) * N);
-        next.add(S[l] + (i - 3) * N);
-      }
-      if (std::is_same_v<T, float> && i - 1 <= mr)
+    for (int l = 0; l < count && i >= 2; ++l)
+      if (std::is_same_v<T, float> && i - 1 <= pairs[l].mr)
         for (T* g : {grad_s, grad_o, grad_e})
           if (g) next.add(g + pairs[l].b * MN + (i - 2) * N);
-    }
     next.pace(ng, ng);
     row(rows_for(i, true, &next), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     scatter_row(su, pairs, count, i, lane_nr, os, grad_s);
