@@ -8,10 +8,10 @@
 // training forward four times its inference. Instead the forward keeps, every
 // k rows, its own state of one row (scaled C, A, U and the chunk exponents:
 // everything the next row reads), and the backward runs the forward again from
-// there over one block of k rows at a time, keeping the block's C, U, L in
-// cache. The pair's slice of `hidden` (3 M N floats) holds
+// there over one block of k rows at a time, keeping in cache the shares of
+// the block's cells that its reverse pass reads (no log2 or exp2 between). The pair's slice of `hidden` (3 M N floats) holds
 //   [0]                        the "soft" seeds' scale, 1 / sum 2^(C - total)
-//   [1 + (t - 1) * record ...] checkpoint t >= 1: row t k - 2 (z, A, U: N
+//   [1 + (t - 1) * record ...] checkpoint t >= 1: row t k - 1 (z, A, U: N
 //                              floats each, then its chunk exponents)
 // and nothing else: the rest of the slice is not written (its pages are not
 // touched) unless the whole state is small, when it is zero, so that the
@@ -29,8 +29,8 @@ namespace softsw::cpu {
 
 struct AffineCheckpoints {
   static constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
-  // A block's rows (k + 2 of them: its own and the two above) of C, U, L and
-  // scores, lane-interleaved, in about this many floats (1 MiB).
+  // A block's rows (k + 1 of them: its own and the one above) of shares and
+  // C, lane-interleaved, in about this many floats (1 MiB).
   static constexpr int64_t kBlockFloats = int64_t(1) << 18;
   // A whole state at most this large is written in full (zeros after the
   // checkpoints): reused memory, a few microseconds.
@@ -43,22 +43,23 @@ struct AffineCheckpoints {
 
   explicit AffineCheckpoints(int64_t cols)
       : N(cols),
-        k(std::clamp<int64_t>(kBlockFloats / (4 * (cols + 1) * simd::W) - 2, 4, 64)),
+        k(std::clamp<int64_t>(kBlockFloats / (5 * (cols + 1) * simd::W) - 1, 4, 64)),
         chunks((cols + C - 1) / C),
         record(3 * cols + (cols + C - 1) / C) {}
 
   // Block t covers rows t k + 1 .. (t + 1) k; its reverse reads rows from
-  // t k - 1 on, which the forward computes again from row t k - 2.
-  int64_t restart_row(int64_t t) const { return t * k - 2; }
+  // t k on (its first row's pass reads the row above), which the forward
+  // computes again from row t k - 1.
+  int64_t restart_row(int64_t t) const { return t * k - 1; }
 
   // Whether the forward of a pair of m rows keeps row r: the restart row of a
-  // block that reads rows of the pair (the block's first row's pass reads the
-  // two rows above it: a pair that ends there needs the block too).
-  bool saves(int64_t r, int64_t m) const { return r >= 1 && (r + 2) % k == 0 && r + 2 <= m; }
+  // block that reads rows of the pair (a pair that ends on the row above a
+  // block needs the block too).
+  bool saves(int64_t r, int64_t m) const { return r >= 1 && (r + 1) % k == 0 && r + 1 <= m; }
 
-  float* row(float* slice, int64_t r) const { return slice + 1 + ((r + 2) / k - 1) * record; }
+  float* row(float* slice, int64_t r) const { return slice + 1 + ((r + 1) / k - 1) * record; }
   const float* row(const float* slice, int64_t r) const {
-    return slice + 1 + ((r + 2) / k - 1) * record;
+    return slice + 1 + ((r + 1) / k - 1) * record;
   }
 
   // Zeros the slice (`floats` of them) when the whole state (`total` floats)

@@ -122,6 +122,9 @@ struct ProbabilityRows {
   // Affine gaps with per-cell gap scores: the extend scores (`g`: the open
   // scores), kernel units at (j - 1) * W, -inf past a lane's pair.
   const float* g_ext = nullptr;
+  // Affine gaps, kKeepShares: the shares of row i's cells (start, D, U, L
+  // over C; `h`: C, for "soft" seeds).
+  float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
 };
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
@@ -163,6 +166,12 @@ SOFTSW_VINLINE typename V<VL>::F log2_scaled(typename V<VL>::F z, typename V<VL>
   return X::sel(z > X::splat(0.0f), X::log2(z) + __builtin_convertvector(o, typename X::F),
                 X::splat(-kInf<float>));
 }
+
+// What a row keeps besides the values the next row reads: nothing
+// (inference), log2 of its nodes (a training forward; STATE below), or the
+// shares of its cells' nodes (probability.h's AffineShares: the affine
+// backward's rows, run again from checkpoints, reverse_affine_simd.h).
+enum RowKeeps { kKeepNothing = 0, kKeepLogs = 1, kKeepShares = 2 };
 
 // MASKED: lanes differ in extents, so cells past a lane's pair are masked out
 // of its reduction and its gap weight; unmasked (every busy lane has the
@@ -269,9 +278,10 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
 //   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
 // with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
 // row (C bounds A and U from above, and B + L = C on the left).
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE>
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, int KEEP>
 SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                                 int32_t n, int32_t i, ProbabilityLanes& ln) {
+  constexpr bool STATE = KEEP == kKeepLogs, SHARES = KEEP == kKeepShares;
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
@@ -329,7 +339,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
           ow = X::sel(inside, ow, zero);
           ew = X::sel(inside, ew, zero);
         }
-        const F d = w * diag;
+        const F diag_cell = diag, d = w * diag;
         const F u = ow * (X::load(r.a_up + c) * fu) + ew * (X::load(r.u_up + c) * fu);
         l = ow * b + ew * l;
         const F sd = start + d;
@@ -339,6 +349,22 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         X::store(r.a + c, sd + l);
         X::store(r.u + c, u);
         diag = X::load(r.z_up + c) * fu;
+        if constexpr (SHARES) {
+          // Each node over C, all at the chunk's scale; a C flushed to zero
+          // (far below its chunk) has a boundary's shares and carries nothing.
+          // D's share is not d * inv: a second use of the product d would let
+          // the compiler fuse w * diag into the add above in one of these row
+          // functions and not in the other (the training forward's), and
+          // this run of the forward must repeat that one bit for bit.
+          const I live = z > zero;
+          const F inv = one / z;
+          X::store(r.share_start + c, X::sel(live, start * inv, one));
+          X::store(r.share_d + c, X::sel(live, w * (diag_cell * inv), zero));
+          X::store(r.share_u + c, X::sel(live, u * inv, zero));
+          X::store(r.share_l + c, X::sel(live, l * inv, zero));
+          if constexpr (SOFT) X::store(r.h + c, log2_scaled<VL>(z, o));  // the seeds
+          continue;
+        }
         if constexpr (STATE) {
           const F h = log2_scaled<VL>(z, o);
           X::store(r.h + c, h);
@@ -400,59 +426,60 @@ enum ProbabilityKind {
   kAffineGapTensors = 3
 };
 
-template <int VL, int KIND, bool SOFT, bool MASKED, bool STATE>
+template <int VL, int KIND, bool SOFT, bool MASKED, int KEEP>
 SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                                        int32_t i, ProbabilityLanes& ln) {
   if constexpr (KIND == kAffineConstantGaps || KIND == kAffineGapTensors)
-    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, STATE>(r, gap, n, i,
-                                                                                    ln);
-  else
-    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, STATE>(r, gap, n, i, ln);
+    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, KEEP>(r, gap, n, i,
+                                                                                   ln);
+  else  // (linear rows keep logs or nothing)
+    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, KEEP == kKeepLogs>(r, gap, n,
+                                                                                        i, ln);
 }
 
-template <int KIND, bool SOFT, bool MASKED, bool STATE>
+template <int KIND, bool SOFT, bool MASKED, int KEEP>
 void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<4, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
+  probability_row_of<4, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <int KIND, bool SOFT, bool MASKED, bool STATE>
+template <int KIND, bool SOFT, bool MASKED, int KEEP>
 SOFTSW_TARGET_AVX2 void probability_row_avx2(const ProbabilityRows& r,
                                                               ProbabilityGaps gap, int32_t n,
                                                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
 }
-template <int KIND, bool SOFT, bool MASKED, bool STATE>
+template <int KIND, bool SOFT, bool MASKED, int KEEP>
 SOFTSW_TARGET_AVX512 void
 probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, STATE>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
 }
 #endif
 
-template <int KIND, bool SOFT, bool MASKED, bool STATE>
+template <int KIND, bool SOFT, bool MASKED, int KEEP>
 ProbabilityRowFn pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, STATE>;
-    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, STATE>;
+    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, KEEP>;
+    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, KEEP>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<KIND, SOFT, MASKED, STATE>;
+  return &probability_row_baseline<KIND, SOFT, MASKED, KEEP>;
 }
 
 // The row functions of one kind: [soft][masked], with state or without.
 struct ProbabilityRowFns {
   ProbabilityRowFn fn[2][2];
 };
-template <int KIND, bool STATE>
+template <int KIND, int KEEP>
 ProbabilityRowFns pick_probability_rows() {
   ProbabilityRowFns f;
-  f.fn[0][0] = pick_probability_row<KIND, false, false, STATE>();
-  f.fn[0][1] = pick_probability_row<KIND, false, true, STATE>();
-  f.fn[1][0] = pick_probability_row<KIND, true, false, STATE>();
-  f.fn[1][1] = pick_probability_row<KIND, true, true, STATE>();
+  f.fn[0][0] = pick_probability_row<KIND, false, false, KEEP>();
+  f.fn[0][1] = pick_probability_row<KIND, false, true, KEEP>();
+  f.fn[1][0] = pick_probability_row<KIND, true, false, KEEP>();
+  f.fn[1][1] = pick_probability_row<KIND, true, true, KEEP>();
   return f;
 }
 inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
@@ -468,6 +495,20 @@ inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
   return state ? pick_probability_rows<kLinearConstantGap, true>()
                : pick_probability_rows<kLinearConstantGap, false>();
 }
+// The affine rows that keep their cells' shares.
+inline ProbabilityRowFns pick_affine_share_rows(const Problem& p) {
+  return p.gap_open.data || p.gap_extend.data
+             ? pick_probability_rows<kAffineGapTensors, kKeepShares>()
+             : pick_probability_rows<kAffineConstantGaps, kKeepShares>();
+}
+
+// The rows a row function writes besides the next row's inputs (nullptr:
+// not kept): log2 of C (h), U and L (kKeepLogs), or the shares of the cells
+// (kKeepShares; h: C for "soft" seeds).
+struct KeptRows {
+  float *h = nullptr, *h_u = nullptr, *h_l = nullptr;
+  float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
+};
 
 // The rows of a probability-domain group of up to W pairs (valid, non-empty,
 // in range): each lane's extents and inputs, the lane-interleaved state of
@@ -587,12 +628,16 @@ class ProbabilityGroup {
   }
 
   // Row i (its inputs gathered) from row i - 1; after it the `_up` rows hold
-  // row i. With state rows (h: C, h_u, h_l: U and L of row i) when given.
-  void step(ProbabilityRowFn row, int64_t i, float* h, float* h_u, float* h_l,
-            RowPrefetcher* next) {
-    const ProbabilityRows r{s,   gap_tensor_ ? g_ : nullptr, z_up, e_up, z_, e_, h, h_u, h_l,
-                            nullptr, nullptr, nullptr, nullptr, a_up, u_up, a_, u_, next,
-                            gap_tensor_ ? g_ext_ : nullptr};
+  // row i. `keep`: the rows it writes besides (as the row function keeps).
+  void step(ProbabilityRowFn row, int64_t i, const KeptRows& keep, RowPrefetcher* next) {
+    ProbabilityRows r{s,       gap_tensor_ ? g_ : nullptr, z_up,    e_up,    z_,   e_,
+                      keep.h,  keep.h_u,                   keep.h_l, nullptr, nullptr, nullptr,
+                      nullptr, a_up,                       u_up,    a_,      u_,   next,
+                      gap_tensor_ ? g_ext_ : nullptr};
+    r.share_start = keep.share_start;
+    r.share_d = keep.share_d;
+    r.share_u = keep.share_u;
+    r.share_l = keep.share_l;
     row(r, gaps_, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     std::swap(z_up, z_);
     std::swap(e_up, e_);
@@ -696,7 +741,11 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       prefetch_rows(rows_next, count, ng);
     }
     grp.gather(i);
-    grp.step(row, i, hb, hb_u, hb_l, &next);
+    KeptRows keep;
+    keep.h = hb;
+    keep.h_u = hb_u;
+    keep.h_l = hb_l;
+    grp.step(row, i, keep, &next);
     if (planes) {
       float* dst[W];
       for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;

@@ -4,11 +4,12 @@
 // as the linear reverse pass (reverse_simd.h).
 //
 // The weights are probability.h's AffineProbabilityWeights: per cell the
-// shares of its nodes relative to its C node (4 exp2 from C, U, L: the
-// forward's, run again block by block from its checkpoints, checkpoints.h),
-// every weight a ratio of them. A row's pass derives the
-// shares of the row above (the U node's weights read them, and the next row's
-// pass reuses them) while it carries the adjoints of its own row: the messages
+// shares of its nodes relative to its C node (from the forward, run again
+// block by block from its checkpoints, checkpoints.h: ratios of its scaled
+// nodes), every weight a ratio of them. A row's pass takes the shares of the
+// row above, masked to the lanes' regions (the U node's weights read them,
+// and the next row's pass reuses them), while it carries the adjoints of its
+// own row: the messages
 // to C, A and U from the row below, to B and L from the right neighbour (the
 // node order of reverse.h's reverse_affine), those to A and B divided by the
 // node's share (3 divisions a cell, probability.h).
@@ -16,7 +17,7 @@
 // A lane only counts the cells of its own region (rows 1..mr, cols 1..nr):
 // outside it a cell gets the shares of a boundary cell (all its weights 0)
 // and no seed, so its adjoints stay 0 and no message leaves it. So does a
-// cell whose C the forward flushed to -inf.
+// cell whose C the forward flushed to zero.
 #pragma once
 
 #include <algorithm>
@@ -41,16 +42,12 @@ struct AffineShareRows {
   float *start, *d, *u, *l, *e0;
 };
 
-// One row i of a group. Row i - 1's nodes and scores are read to derive its
-// shares (`derive`; at i = 1 they are the boundary's); row i's adjoints are
-// carried when `sweep`. Nodes at j * W (col 0: C = 0), scores, gap scores
-// and gradients of a row at (j - 1) * W.
+// One row i of a group. Row i - 1's shares, as the forward run again gave
+// them, are masked to the lanes' regions (`derive`; at i = 1 they are the
+// boundary's); row i's adjoints are carried when `sweep`. Shares and nodes at
+// j * W, gap scores and gradients of a row at (j - 1) * W.
 struct AffineReverseRows {
-  const float* c_up;   // C of row i - 1
-  const float* c_up2;  // C of row i - 2
-  const float* u_up;   // U and L of row i - 1
-  const float* l_up;
-  const float* s_up;   // scores of row i - 1 (kernel units)
+  AffineShareRows given;     // row i - 1 from the forward (e0: C, "soft" only)
   AffineShareRows here, up;  // row i (read), row i - 1 (written)
   const float* open;   // per-cell gap scores of row i (kernel units), GAP_TENSOR only
   const float* extend;
@@ -108,13 +105,10 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
       AffineShares<Fl> up = border;
       if (r.derive) {
-        const F cc = X::load(r.c_up + c);
-        const AffineShares<Fl> sh =
-            P::shares(cc, X::load(r.c_up2 + c1) + X::load(r.s_up + c1), X::load(r.u_up + c),
-                      X::load(r.l_up + c));
-        // A C of -inf: the forward flushed a node negligible next to its
-        // row's chunk (forward_probability.h); it carries nothing.
-        const I active = up_ok[k] & (jv <= nr[k]) & (cc > X::splat(-kInf<float>));
+        // (A C the forward flushed to zero, negligible next to its row's
+        // chunk, came with a boundary's shares: it carries nothing.)
+        const AffineShares<Fl> sh = load_shares<VL>(r.given, c);
+        const I active = up_ok[k] & (jv <= nr[k]);
         up = {X::sel(active, sh.start.v, one), X::sel(active, sh.d.v, zero),
               X::sel(active, sh.u.v, zero), X::sel(active, sh.l.v, zero)};
         X::store(r.up.start + c, up.start.v);
@@ -122,7 +116,8 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
         X::store(r.up.u + c, up.u.v);
         X::store(r.up.l + c, up.l.v);
         F e0;
-        if constexpr (SOFT) e0 = X::sel(active, X::exp2(cc - total[k]) * scale[k], zero);
+        if constexpr (SOFT)
+          e0 = X::sel(active, X::exp2(X::load(r.given.e0 + c) - total[k]) * scale[k], zero);
         else e0 = X::sel(up_corner[k] & (jv == nr[k]), one, zero);
         X::store(r.up.e0 + c, e0);
       }
@@ -241,13 +236,13 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   }
   ProbabilityGroup<T> fwd(su, b_of, count, mg, std::min((ng + C - 1) / C * C, widest));
   const ProbabilityRowFn forward_row =
-      pick_probability_rows(p, true).fn[su.soft_reduction][fwd.masked];
+      pick_affine_share_rows(p).fn[su.soft_reduction][fwd.masked];
   // Lane-interleaved rows: two sets of shares (5 each), gap scores (2),
   // messages in and out (3 each), gradients (3); then the forward's rows, and
-  // a block's C, U, L and scores: rows lo - 2 .. hi of block [lo, hi].
-  const int64_t stride = (ng + 1) * W, fstride = fwd.stride, slots = ck.k + 2;
+  // a block's shares and C: rows lo - 1 .. hi of block [lo, hi].
+  const int64_t stride = (ng + 1) * W, fstride = fwd.stride, slots = ck.k + 1;
   constexpr int kRows = 2 * 5 + 2 + 6 + 3;
-  mem.assign(static_cast<size_t>(kRows * stride + fwd.floats() + 4 * slots * fstride + 32), 0.0f);
+  mem.assign(static_cast<size_t>(kRows * stride + fwd.floats() + 5 * slots * fstride + 32), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float* next = base;
@@ -269,17 +264,20 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   while (reinterpret_cast<uintptr_t>(block) % 64 != 0) ++block;
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
-  // Block t: rows lo .. hi; plane 0..3 (C, U, L, scores) of row r at
-  // slot r - (lo - 2). Col 0 of C stays 0 (the boundary's C = 1).
+  // Block t: rows lo .. hi; row r's shares (start, D, U, L) and C at slot
+  // r - (lo - 1) of their planes.
   int64_t lo = 0, hi = 0;
-  auto slot = [&](int plane, int64_t r) { return block + (plane * slots + r - (lo - 2)) * fstride; };
+  auto shares_of = [&](int64_t r) {
+    float* s = block + (r - (lo - 1)) * fstride;
+    const int64_t plane = slots * fstride;
+    return AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane};
+  };
   auto recompute = [&](int64_t t) {
     lo = t * ck.k + 1;
     hi = std::min(lo + ck.k - 1, mg);
     int64_t r0 = 0;
     if (t == 0) {
       fwd.start();
-      std::fill(slot(0, 0), slot(0, 0) + fstride, 0.0f);  // row 0: C = 1
     } else {
       r0 = ck.restart_row(t);
       std::fill(fwd.z_up, fwd.z_up + fstride, 0.0f);
@@ -293,24 +291,23 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     }
     for (int64_t r = r0 + 1; r <= hi; ++r) {
       fwd.gather(r);
-      fwd.step(forward_row, r, slot(0, r), slot(1, r), slot(2, r), nullptr);
-      std::copy(fwd.s, fwd.s + fwd.ng * W, slot(3, r));
+      const AffineShareRows sh = shares_of(r);
+      KeptRows keep;
+      keep.h = sh.e0;
+      keep.share_start = sh.start;
+      keep.share_d = sh.d;
+      keep.share_u = sh.u;
+      keep.share_l = sh.l;
+      fwd.step(forward_row, r, keep, nullptr);
     }
   };
-  // Row r - 1's inputs to derive its shares: C of rows r - 1 and r - 2, U
-  // and L of row r - 1, its scores.
+  // Row r - 1's shares, to mask and pass on.
   auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
     AffineReverseRows rows{};
     rows.prefetch = next;
     rows.derive = r >= 2;
     rows.sweep = sweep;
-    if (rows.derive) {
-      rows.c_up = slot(0, r - 1);
-      rows.c_up2 = slot(0, r - 2);
-      rows.u_up = slot(1, r - 1);
-      rows.l_up = slot(2, r - 1);
-      rows.s_up = slot(3, r - 1);
-    }
+    if (rows.derive) rows.given = shares_of(r - 1);
     rows.here = here;
     rows.up = up;
     rows.open = open;
