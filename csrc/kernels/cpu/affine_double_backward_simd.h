@@ -4,9 +4,10 @@
 // W = 16 pairs, as the linear double backward (double_backward_simd.h).
 //
 // Weights. Each row's shares (AffineShares, probability.h: the cell's nodes
-// relative to its C, 4 exp2 from the C, U, L the forward kept) are derived
-// once per pass and kept for the row below (tangent pass) or above (reverse
-// pass); a cell's 11 weights are ratios of its shares, its left neighbour's
+// relative to its C) come from the forward run again, from row 0 for the
+// tangent pass and from the training forward's checkpoints block by block for
+// the reverse pass (AffineShareBlocks, reverse_affine_simd.h), and are kept
+// for the row below (tangent pass) or above (reverse pass); a cell's 11 weights are ratios of its shares, its left neighbour's
 // and the shares of the cell above (affine_weights_of_shares, the formulas
 // of affine_row_weights.h). A lane only counts the cells of its region: out
 // of it, and at a C the forward flushed to -inf, the weights are 0 and the
@@ -26,6 +27,7 @@
 #include "../probability.h"
 #include "affine_row_weights.h"
 #include "double_backward_simd.h"
+#include "reverse_affine_simd.h"
 #include "setup.h"
 #include "simd.h"
 
@@ -41,13 +43,6 @@ struct AffineShareRow {
 // The node tangents of one row at j * W (col 0: 0).
 struct AffineTangentRow {
   float *c, *u, *l, *a, *b;
-};
-
-// The inputs of a row's shares: C of the row above at j * W, U and L of the
-// row at j * W, its scores (kernel units) at (j - 1) * W; the row's C is
-// already in the share row.
-struct AffineShareInputs {
-  const float *c_up, *u, *l, *s;
 };
 
 // One row of a pass: shares of the row and of the row above, gap weights
@@ -76,16 +71,14 @@ SOFTSW_VINLINE AffineShares<Floats<VL>> share_at(const AffineShareRow& r, int64_
   return {X::load(r.start + c), X::load(r.d + c), X::load(r.u + c), X::load(r.l + c)};
 }
 
-// Row `row`'s shares: a cell out of its lane's region or with C = -inf gets a
-// boundary cell's.
+// Row `row`'s shares, as the forward run again gave them, masked: a cell out
+// of its lane's region or with C = -inf (flushed) gets a boundary cell's.
 template <int VL>
-SOFTSW_VINLINE void affine_share_row_body(const AffineShareInputs& in, const AffineShareRow& out,
-                                          int32_t n, int32_t row, const ReverseLanes& ln) {
+SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& sh, int32_t n, int32_t row,
+                                           const ReverseLanes& ln) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
-  using Fl = Floats<VL>;
-  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
   constexpr int K = W / VL;
   const F zero = X::splat(0.0f), one = X::splat(1.0f), ninf = X::splat(-kInf<float>);
   const I rv = X::splati(row);
@@ -97,15 +90,12 @@ SOFTSW_VINLINE void affine_share_row_body(const AffineShareInputs& in, const Aff
   for (int32_t j = 1; j <= n; ++j) {
     const I jv = X::splati(j);
     for (int k = 0; k < K; ++k) {
-      const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
-      const F cc = X::load(out.c + c);
-      const AffineShares<Fl> sh = P::shares(cc, X::load(in.c_up + c1) + X::load(in.s + c1),
-                                            X::load(in.u + c), X::load(in.l + c));
-      const I ok = rowok[k] & (jv <= nr[k]) & (cc > ninf);
-      X::store(out.start + c, X::sel(ok, sh.start.v, one));
-      X::store(out.d + c, X::sel(ok, sh.d.v, zero));
-      X::store(out.u + c, X::sel(ok, sh.u.v, zero));
-      X::store(out.l + c, X::sel(ok, sh.l.v, zero));
+      const int64_t c = int64_t(j) * W + k * VL;
+      const I ok = rowok[k] & (jv <= nr[k]) & (X::load(sh.c + c) > ninf);
+      X::store(sh.start + c, X::sel(ok, X::load(sh.start + c), one));
+      X::store(sh.d + c, X::sel(ok, X::load(sh.d + c), zero));
+      X::store(sh.u + c, X::sel(ok, X::load(sh.u + c), zero));
+      X::store(sh.l + c, X::sel(ok, X::load(sh.l + c), zero));
     }
   }
 }
@@ -291,8 +281,7 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
 
 // The row kernels of one instruction set and reduction.
 struct AffineTangentRowFns {
-  void (*shares)(const AffineShareInputs&, const AffineShareRow&, int32_t, int32_t,
-                 const ReverseLanes&);
+  void (*mask)(const AffineShareRow&, int32_t, int32_t, const ReverseLanes&);
   void (*tangent)(const AffineTangentRows&, int32_t, int32_t, const ReverseLanes&);
   void (*reverse)(const AffineTangentRows&, const AffineTangentMessages&, int32_t, int32_t,
                   const ReverseLanes&, const float*, float);
@@ -301,9 +290,9 @@ struct AffineTangentRowFns {
 #define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL)                                              \
   template <bool SOFT>                                                                            \
   struct NAME {                                                                                   \
-    TARGET static void shares(const AffineShareInputs& in, const AffineShareRow& out, int32_t n,  \
-                              int32_t row, const ReverseLanes& ln) {                              \
-      affine_share_row_body<VL>(in, out, n, row, ln);                                             \
+    TARGET static void mask(const AffineShareRow& sh, int32_t n, int32_t row,                     \
+                            const ReverseLanes& ln) {                                             \
+      affine_share_mask_body<VL>(sh, n, row, ln);                                                 \
     }                                                                                             \
     TARGET static void tangent(const AffineTangentRows& r, int32_t n, int32_t i,                  \
                                const ReverseLanes& ln) {                                          \
@@ -314,7 +303,7 @@ struct AffineTangentRowFns {
                                float inv_t) {                                                     \
       affine_reverse_tangent_row_body<VL, SOFT>(r, m, n, i, ln, sdot, inv_t);                     \
     }                                                                                             \
-    static AffineTangentRowFns fns() { return {&shares, &tangent, &reverse}; }                    \
+    static AffineTangentRowFns fns() { return {&mask, &tangent, &reverse}; }                      \
   };
 SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4)
 #if defined(__x86_64__)
@@ -342,22 +331,18 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   const int64_t N = su.N, MN = su.MN;
   int64_t mg = 0, ng = 0;
   const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
-  const T* S[W] = {};
   const T* dir_s[W] = {};
   const T* dir_o[W] = {};
   const T* dir_e[W] = {};
-  const float* hid[W] = {};
   GapView<T> go[W], ge[W];
   int64_t lane_nr[W], tan_at[W];
   int64_t cells = 0;
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   for (int l = 0; l < count; ++l) {
     const ReversePair& q = pairs[l];
-    S[l] = static_cast<const T*>(p.scores) + q.b * MN;
     if (io.dir_s) dir_s[l] = io.dir_s + q.b * MN;
     if (io.dir_g) dir_o[l] = io.dir_g + q.b * MN;
     if (io.dir_e) dir_e[l] = io.dir_e + q.b * MN;
-    hid[l] = hidden + q.b * su.planes * MN;
     go[l] = su.gap(p.gap_open, q.b);
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {io.hvp_s, io.hvp_g, io.hvp_e})
@@ -368,10 +353,13 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   // Each pair's five tangent blocks: plane k of lane l at tan_at[l] * 5 + k * mr * nr.
   float* tan_store = sc.tangents.get(5 * cells);
 
-  const int64_t stride = (ng + 1) * W;
-  constexpr int kRows = 4 + 2 * 5 + 2 + 3 + 2 * 5 + 12 + 3;
+  // The cells' shares from the forward run again (AffineShareBlocks): from
+  // row 0 for the tangent pass, from the checkpoints for the reverse pass.
+  AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
+  const int64_t stride = blocks.stride();  // its rows span whole chunks: >= (ng + 1) W
+  constexpr int kRows = 2 * 5 + 2 + 3 + 2 * 5 + 12 + 3;
   std::vector<float>& mem = sc.lanes;
-  mem.assign(static_cast<size_t>(kRows * stride + 16), 0.0f);
+  mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 32), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float* next = base;
@@ -380,7 +368,6 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     next += stride;
     return a;
   };
-  float *g_c_up = take(), *g_u = take(), *g_l = take(), *g_s = take();
   AffineShareRow here{take(), take(), take(), take(), take()};
   AffineShareRow up{take(), take(), take(), take(), take()};
   float *open = take(), *extend = take();
@@ -392,19 +379,9 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   for (int k = 0; k < 6; ++k) out[k] = take();
   float *os = take(), *oo = take(), *oe = take();
   for (const AffineShareRow& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+  while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
+  blocks.bind(next);
 
-  // Plane `plane` of row r (1-based; 0: the boundary, C = 0) into `dst` at
-  // j * W, cols 1..nr of each lane whose region has row r.
-  auto gather_node = [&](int plane, int64_t r, float* dst) {
-    if (r == 0) {
-      std::fill(dst + W, dst + stride, 0.0f);
-      return;
-    }
-    const float* src[W] = {};
-    for (int l = 0; l < count; ++l)
-      if (r <= pairs[l].mr) src[l] = hid[l] + plane * MN + (r - 1) * N;
-    interleave_rows(dst + W, src, lane_nr, count, 1.0f);
-  };
   // Row r of each lane's `src` (nullptr: skipped) into `dst` at (j - 1) * W,
   // times `scale`; lanes without row r get 0.
   auto gather = [&](const T* const* src, int64_t r, float scale, float* dst) {
@@ -418,20 +395,27 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     }
     interleave_rows_of(dst, row, lane_nr, count, scale);
   };
-  // Row r's shares into `sh` (row 0: the boundary's).
-  auto shares = [&](int64_t r, const AffineShareRow& sh) {
+  // Row r's shares into `sh`, masked (row 0: the boundary's): the next row
+  // of the forward from row 0 (`from_top`), or from the block holding r.
+  auto shares = [&](int64_t r, const AffineShareRow& sh, bool from_top) {
     if (r == 0) {
       std::fill(sh.start + W, sh.start + stride, 1.0f);
       for (float* a : {sh.d, sh.u, sh.l, sh.c}) std::fill(a + W, a + stride, 0.0f);
+      if (from_top) blocks.start();
       return;
     }
-    gather_node(0, r, sh.c);
-    gather_node(0, r - 1, g_c_up);
-    gather_node(1, r, g_u);
-    gather_node(2, r, g_l);
-    gather(S, r, su.beta, g_s);
-    fns.shares(AffineShareInputs{g_c_up, g_u, g_l, g_s}, sh, static_cast<int32_t>(ng),
-               static_cast<int32_t>(r), ln);
+    if (from_top) {
+      blocks.step(r, AffineShareRows{sh.start, sh.d, sh.u, sh.l, sh.c});
+    } else {
+      const AffineShareRows b = blocks.row(r);  // (cols 1..ng; col 0 stays the boundary)
+      const int64_t n = (ng + 1) * W;
+      std::copy(b.start + W, b.start + n, sh.start + W);
+      std::copy(b.d + W, b.d + n, sh.d + W);
+      std::copy(b.u + W, b.u + n, sh.u + W);
+      std::copy(b.l + W, b.l + n, sh.l + W);
+      std::copy(b.e0 + W, b.e0 + n, sh.c + W);
+    }
+    fns.mask(sh, static_cast<int32_t>(ng), static_cast<int32_t>(r), ln);
   };
   const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
   if (!gap_tensor) {
@@ -478,9 +462,9 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   alignas(64) float sdot[W] = {};
 
   // Tangent pass, first row down.
-  shares(0, up);
+  shares(0, up, true);
   for (int64_t i = 1; i <= mg; ++i) {
-    shares(i, here);
+    shares(i, here, true);
     inputs(i);
     const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, sdot};
     fns.tangent(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
@@ -503,10 +487,10 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
 
   // Reverse pass, last row up.
   for (float* a : in) std::fill(a, a + stride, 0.0f);
-  shares(mg, here);
+  shares(mg, here, false);
   load_tangents(mg, t);
   for (int64_t i = mg; i >= 1; --i) {
-    shares(i - 1, up);
+    shares(i - 1, up, false);
     load_tangents(i - 1, t_up);
     inputs(i);
     const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, nullptr};

@@ -4,7 +4,6 @@
 // affine_double_backward_simd.h for groups of pairs where they apply.
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -132,50 +131,8 @@ void set_seed_scales(const Setup<T>& su, const float* hidden, simd::ReversePair*
     q.scale = z > 0.0f ? 1.0f / z : 1.0f;
   }
 }
-
-// The C, U, L planes of every pair (as the forward keeps them without
-// checkpoints), for the passes that read every cell's (the double backward):
-// the pairs of `pairs` (affine, in range: their training forward kept
-// checkpoints, checkpoints.h) run forward again, the others' planes copied.
-template <typename T>
-std::unique_ptr<float[]> affine_planes(const Setup<T>& su, const float* hidden,
-                                       const std::vector<simd::ReversePair>& pairs, double work) {
-  const int64_t B = su.p.batch, slice = su.planes * su.MN;
-  std::unique_ptr<float[]> planes(new float[static_cast<size_t>(B * slice)]);
-  std::vector<char> again(static_cast<size_t>(B), 0);
-  std::vector<int64_t> b_of;
-  for (const simd::ReversePair& q : pairs) {
-    again[q.b] = 1;
-    b_of.push_back(q.b);
-  }
-  std::vector<T> score(static_cast<size_t>(B));
-  std::vector<float> total(static_cast<size_t>(2 * B));
-  std::vector<int64_t> argmax(static_cast<size_t>(B));
-  ForwardOutputs out;
-  out.score = score.data();
-  out.hidden = planes.get();
-  out.argmax = argmax.data();
-  out.total = total.data();
-  const simd::ProbabilityRowFns rows = simd::pick_probability_rows(su.p, true);
-  const int64_t P = static_cast<int64_t>(b_of.size()), groups = group_count(P, work);
-  parallel_for<Scratch<float>>(groups + B, work, [&](int64_t g, Scratch<float>& sc) {
-    if (g < groups) {
-      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      simd::probability_group<T>(su, b_of.data() + lo, static_cast<int>(hi - lo), rows, out,
-                                 sc.lanes, /*checkpoints=*/false);
-    } else if (!again[g - groups]) {
-      const int64_t b = g - groups;
-      std::copy(hidden + b * slice, hidden + (b + 1) * slice, planes.get() + b * slice);
-    }
-  });
-  return planes;
-}
 #endif
 
-// The SIMD backward, soft (T > 0), float accumulate: linear gaps
-// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
-// inside the range rule of probability.h, the other pairs on the scalar
-// passes. False when it does not apply (then the scalar passes run).
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
@@ -351,15 +308,7 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     std::vector<int64_t> singles;
     double work = 0;
     group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
-    // Affine gaps: every cell's C, U, L, where the forward kept checkpoints.
-    DoubleBackwardArgs args_planes = args;
-    std::unique_ptr<float[]> planes;
-    if (p.affine) {
-      planes = affine_planes(su, static_cast<const float*>(args.state.hidden), pairs, work);
-      args_planes.state.hidden = planes.get();
-    }
-    const DoubleBackwardArgs& a = args_planes;
-    const float* hidden = static_cast<const float*>(a.state.hidden);
+    const float* hidden = static_cast<const float*>(args.state.hidden);
     work *= 2;  // a tangent and a reverse pass
     const int64_t P = static_cast<int64_t>(pairs.size());
     const int64_t groups = group_count(P, work);
@@ -379,15 +328,17 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     const int64_t items = groups + static_cast<int64_t>(singles.size());
     parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
       if (g >= groups) {
-        double_backward_one<T>(su, a, singles[g - groups], sc);
+        double_backward_one<T>(su, args, singles[g - groups], sc);
         return;
       }
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      if (hi - lo == 1) {  // one busy lane of W is slower than the scalar passes
-        double_backward_one<T>(su, a, pairs[lo].b, sc);
+      // One busy lane of W is slower than the scalar passes, but an affine
+      // pair's state is its checkpoints, which the group passes read.
+      if (hi - lo == 1 && !p.affine) {
+        double_backward_one<T>(su, args, pairs[lo].b, sc);
         return;
       }
-      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/false);
+      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
       const int count = static_cast<int>(hi - lo);
       if (p.affine)
         simd::affine_double_backward_group<T>(su, pairs.data() + lo, count, affine, hidden, io, sc);

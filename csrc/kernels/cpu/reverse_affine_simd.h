@@ -197,11 +197,114 @@ inline AffineReverseRowFn pick_reverse_affine_row(bool soft, bool gap_tensor) {
   return gap_tensor ? pick_reverse_affine_row<false, true>() : pick_reverse_affine_row<false, false>();
 }
 
+// The forward run again over the pairs of a reverse group (their regions'
+// rows, whole chunks of their columns: bit for bit the training forward's),
+// keeping each cell's shares and C (kKeepShares): from row 0 one row at a
+// time (`step`), or one block of rows at a time from the checkpoints the
+// training forward kept in `hidden` (`row`, last block first).
+template <typename T>
+class AffineShareBlocks {
+ public:
+  AffineShareBlocks(const Setup<T>& su, const ReversePair* pairs, int count, int64_t mg,
+                    int64_t ng, const float* hidden)
+      : su_(su), ck_(su.N), count_(count), mg_(mg), hidden_(hidden),
+        fwd_(su, lanes(pairs, count), count, mg, cols(su, pairs, count, ng)) {
+    fn_ = pick_affine_share_rows(su.p).fn[su.soft_reduction][fwd_.masked];
+    slots_ = ck_.k + 1;
+  }
+
+  // Row stride of the rows it writes ((columns + 1) * W floats), and the
+  // floats bind() takes.
+  int64_t stride() const { return fwd_.stride; }
+  int64_t floats() const { return fwd_.floats() + 5 * slots_ * fwd_.stride + 16; }
+  void bind(float* base) {
+    fwd_.bind(base);
+    block_ = base + fwd_.floats();
+    while (reinterpret_cast<uintptr_t>(block_) % 64 != 0) ++block_;
+  }
+
+  // From row 0: restart, then row r = 1, 2, ... into `out` (at j * W).
+  void start() { fwd_.start(); }
+  void step(int64_t r, const AffineShareRows& out) {
+    fwd_.gather(r);
+    KeptRows keep;
+    keep.h = out.e0;  // (C, for the "soft" seeds)
+    keep.share_start = out.start;
+    keep.share_d = out.d;
+    keep.share_u = out.u;
+    keep.share_l = out.l;
+    fwd_.step(fn_, r, keep, nullptr);
+  }
+
+  // Row r's shares (1 <= r <= mg; e0: C), valid until the next call for a
+  // row of another block; rows in decreasing order compute each block once.
+  AffineShareRows row(int64_t r) {
+    const int64_t t = (r - 1) / ck_.k;
+    if (t != block_t_) recompute(t);
+    float* s = block_ + (r - (lo_ - 1)) * fwd_.stride;
+    const int64_t plane = slots_ * fwd_.stride;
+    return AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane};
+  }
+
+ private:
+  const int64_t* lanes(const ReversePair* pairs, int count) {
+    for (int l = 0; l < count; ++l) b_of_[l] = pairs[l].b;
+    return b_of_;
+  }
+  // The regions' columns rounded up to whole chunks, at most the widest pair's.
+  static int64_t cols(const Setup<T>& su, const ReversePair* pairs, int count, int64_t ng) {
+    int64_t widest = 0;
+    for (int l = 0; l < count; ++l) {
+      int64_t m = 0, n = 0;
+      su.extents(pairs[l].b, m, n);
+      widest = std::max(widest, n);
+    }
+    constexpr int64_t C = AffineCheckpoints::C;
+    return std::min((ng + C - 1) / C * C, widest);
+  }
+  // Block t: rows lo .. hi and the row above, from the block's checkpoint.
+  void recompute(int64_t t) {
+    block_t_ = t;
+    lo_ = t * ck_.k + 1;
+    const int64_t hi = std::min(lo_ + ck_.k - 1, mg_);
+    int64_t r0 = 0;
+    if (t == 0) {
+      fwd_.start();
+    } else {
+      r0 = ck_.restart_row(t);
+      std::fill(fwd_.z_up, fwd_.z_up + fwd_.stride, 0.0f);
+      std::fill(fwd_.a_up, fwd_.a_up + fwd_.stride, 0.0f);
+      std::fill(fwd_.u_up, fwd_.u_up + fwd_.stride, 0.0f);
+      std::fill(fwd_.e_up, fwd_.e_up + fwd_.chunks * W, 0);
+      for (int l = 0; l < count_; ++l)
+        if (ck_.saves(r0, fwd_.ln.m[l]))
+          ck_.restore(hidden_ + b_of_[l] * su_.planes * su_.MN, l, fwd_.ln.n[l], r0, fwd_.z_up,
+                      fwd_.a_up, fwd_.u_up, fwd_.e_up);
+    }
+    for (int64_t r = r0 + 1; r <= hi; ++r) {
+      float* s = block_ + (r - (lo_ - 1)) * fwd_.stride;
+      const int64_t plane = slots_ * fwd_.stride;
+      step(r, AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane});
+    }
+  }
+
+  const Setup<T>& su_;
+  AffineCheckpoints ck_;
+  int count_;
+  int64_t mg_;
+  const float* hidden_;
+  int64_t b_of_[W] = {};
+  ProbabilityGroup<T> fwd_;
+  ProbabilityRowFn fn_ = nullptr;
+  int64_t slots_ = 0, lo_ = 0, block_t_ = -1;
+  float* block_ = nullptr;
+};
+
 // One group of up to W pairs (regions non-empty, inside the range rule),
 // start to finish: writes every entry of the pairs' gradients (zero outside
-// the regions). The pairs' C, U, L come from the forward run again over one
+// the regions). The cells' shares come from the forward run again over one
 // block of rows at a time, last block first, from the checkpoints the
-// training forward kept in `hidden` (checkpoints.h).
+// training forward kept in `hidden` (AffineShareBlocks).
 template <typename T>
 void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int count,
                           AffineReverseRowFn row, const float* hidden, T* grad_s, T* grad_o,
@@ -211,10 +314,8 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   int64_t mg = 0, ng = 0;
   const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
   GapView<T> go[W], ge[W];
-  int64_t b_of[W] = {};
   for (int l = 0; l < count; ++l) {
     const ReversePair& q = pairs[l];
-    b_of[l] = q.b;
     go[l] = su.gap(p.gap_open, q.b);
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {grad_s, grad_o, grad_e})
@@ -224,25 +325,12 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   const AffineGapWeights gaps{
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
-  // The forward over the regions' rows and whole chunks of their columns
-  // (its values then equal the training forward's bit for bit).
-  const AffineCheckpoints ck(N);
-  constexpr int64_t C = AffineCheckpoints::C;
-  int64_t widest = 0;
-  for (int l = 0; l < count; ++l) {
-    int64_t m = 0, n = 0;
-    su.extents(b_of[l], m, n);
-    widest = std::max(widest, n);
-  }
-  ProbabilityGroup<T> fwd(su, b_of, count, mg, std::min((ng + C - 1) / C * C, widest));
-  const ProbabilityRowFn forward_row =
-      pick_affine_share_rows(p).fn[su.soft_reduction][fwd.masked];
+  AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
   // Lane-interleaved rows: two sets of shares (5 each), gap scores (2),
-  // messages in and out (3 each), gradients (3); then the forward's rows, and
-  // a block's shares and C: rows lo - 1 .. hi of block [lo, hi].
-  const int64_t stride = (ng + 1) * W, fstride = fwd.stride, slots = ck.k + 1;
+  // messages in and out (3 each), gradients (3); then the forward's.
+  const int64_t stride = (ng + 1) * W;
   constexpr int kRows = 2 * 5 + 2 + 6 + 3;
-  mem.assign(static_cast<size_t>(kRows * stride + fwd.floats() + 5 * slots * fstride + 32), 0.0f);
+  mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 32), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   float* next = base;
@@ -259,55 +347,16 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
   float *os = take(), *oo = take(), *oe = take();
   for (const AffineShareRows& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
   while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
-  fwd.bind(next);
-  float* block = next + fwd.floats();
-  while (reinterpret_cast<uintptr_t>(block) % 64 != 0) ++block;
+  blocks.bind(next);
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
-  // Block t: rows lo .. hi; row r's shares (start, D, U, L) and C at slot
-  // r - (lo - 1) of their planes.
-  int64_t lo = 0, hi = 0;
-  auto shares_of = [&](int64_t r) {
-    float* s = block + (r - (lo - 1)) * fstride;
-    const int64_t plane = slots * fstride;
-    return AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane};
-  };
-  auto recompute = [&](int64_t t) {
-    lo = t * ck.k + 1;
-    hi = std::min(lo + ck.k - 1, mg);
-    int64_t r0 = 0;
-    if (t == 0) {
-      fwd.start();
-    } else {
-      r0 = ck.restart_row(t);
-      std::fill(fwd.z_up, fwd.z_up + fstride, 0.0f);
-      std::fill(fwd.a_up, fwd.a_up + fstride, 0.0f);
-      std::fill(fwd.u_up, fwd.u_up + fstride, 0.0f);
-      std::fill(fwd.e_up, fwd.e_up + fwd.chunks * W, 0);
-      for (int l = 0; l < count; ++l)
-        if (ck.saves(r0, fwd.ln.m[l]))
-          ck.restore(hidden + b_of[l] * su.planes * MN, l, fwd.ln.n[l], r0, fwd.z_up, fwd.a_up,
-                     fwd.u_up, fwd.e_up);
-    }
-    for (int64_t r = r0 + 1; r <= hi; ++r) {
-      fwd.gather(r);
-      const AffineShareRows sh = shares_of(r);
-      KeptRows keep;
-      keep.h = sh.e0;
-      keep.share_start = sh.start;
-      keep.share_d = sh.d;
-      keep.share_u = sh.u;
-      keep.share_l = sh.l;
-      fwd.step(forward_row, r, keep, nullptr);
-    }
-  };
   // Row r - 1's shares, to mask and pass on.
   auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
     AffineReverseRows rows{};
     rows.prefetch = next;
     rows.derive = r >= 2;
     rows.sweep = sweep;
-    if (rows.derive) rows.given = shares_of(r - 1);
+    if (rows.derive) rows.given = blocks.row(r - 1);
     rows.here = here;
     rows.up = up;
     rows.open = open;
@@ -324,12 +373,9 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     return rows;
   };
   // The shares of row mg first, then each row's pass from the last up.
-  int64_t t = (mg - 1) / ck.k;
-  recompute(t);
   RowPrefetcher none;
   row(rows_for(mg + 1, false, &none), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(mg + 1), ln);
   for (int64_t i = mg; i >= 1; --i) {
-    if (i < lo) recompute(--t);
     std::swap(here, up);
     if (gap_tensor)
       for (int l = 0; l < count; ++l) {
