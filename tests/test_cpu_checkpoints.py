@@ -67,10 +67,16 @@ def test_blocks_match_float64(gen, reduction, gap_tensor):
     assert (got[1][0].abs().sum() > 0) and (got[1][6] == 0).all()
 
 
+@pytest.mark.parametrize("copies", [1, 3], ids=["narrow-groups", "wide-groups"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_alone_equals_batched(gen, reduction):
+def test_alone_equals_batched(gen, reduction, copies):
+    """A pair alone (a group of one: the narrow rows, 8 lanes) against the
+    same pair in a batch of 8 (groups of at most 8) or of 24 (groups of 12 or
+    more: the wide rows, 16 lanes): the same bits."""
     S, go, ge = inputs(gen, True)
-    out, _, grads = first_derivatives(S, go, ge, torch.float32, reduction)
+    lengths = LENGTHS.repeat(copies, 1)
+    S, go, ge = (x.repeat(copies, 1, 1) for x in (S, go, ge))
+    out, _, grads = first_derivatives(S, go, ge, torch.float32, reduction, lengths=lengths)
     for b in range(len(LENGTHS)):
         one = slice(b, b + 1)
         o1, _, g1 = first_derivatives(S[one], go[one], ge[one], torch.float32, reduction,

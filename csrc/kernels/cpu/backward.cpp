@@ -157,7 +157,7 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
     const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
     const simd::ReverseRowFn row =
         soft ? simd::pick_reverse_row<true>() : simd::pick_reverse_row<false>();
-    const simd::AffineReverseRowFn affine_row = simd::pick_reverse_affine_row(soft, gap_tensor);
+    const simd::AffineReverseRowFns affine_rows = simd::pick_reverse_affine_rows(soft, gap_tensor);
     const int64_t items = groups + static_cast<int64_t>(singles.size());
     parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
       if (g >= groups) {
@@ -169,7 +169,7 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
       if (hi - lo > 1 || p.affine) {
         if (p.affine)
           simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
-                                        affine_row, hidden, gS, gO, gE, sc.lanes);
+                                        affine_rows, hidden, gS, gO, gE, sc.lanes);
         else
           simd::reverse_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row,
                                         hidden, gS, gO, sc.lanes);

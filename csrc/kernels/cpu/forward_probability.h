@@ -178,13 +178,13 @@ enum RowKeeps { kKeepNothing = 0, kKeepLogs = 1, kKeepShares = 2 };
 // group's extents) the idle lanes compute garbage that nobody reads. STATE
 // (a training forward): also H = log2 Z of every cell, and for "max" the
 // largest H and its first cell, as the log-domain forward keeps them.
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE>
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE, int LANES = W>
 SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                          int32_t n, int32_t i, ProbabilityLanes& ln) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;
   constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const F c_const = X::exp2(X::splat(gap.open));
@@ -278,14 +278,14 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
 //   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
 // with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
 // row (C bounds A and U from above, and B + L = C on the left).
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, int KEEP>
+template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, int KEEP, int LANES = W>
 SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
                                                 int32_t n, int32_t i, ProbabilityLanes& ln) {
   constexpr bool STATE = KEEP == kKeepLogs, SHARES = KEEP == kKeepShares;
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;
   constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const F open_const = X::exp2(X::splat(gap.open)), extend_const = X::exp2(X::splat(gap.extend));
@@ -426,60 +426,69 @@ enum ProbabilityKind {
   kAffineGapTensors = 3
 };
 
-template <int VL, int KIND, bool SOFT, bool MASKED, int KEEP>
+template <int VL, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
 SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                                        int32_t i, ProbabilityLanes& ln) {
   if constexpr (KIND == kAffineConstantGaps || KIND == kAffineGapTensors)
-    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, KEEP>(r, gap, n, i,
-                                                                                   ln);
+    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, KEEP, LANES>(
+        r, gap, n, i, ln);
   else  // (linear rows keep logs or nothing)
-    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, KEEP == kKeepLogs>(r, gap, n,
-                                                                                        i, ln);
+    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, KEEP == kKeepLogs, LANES>(
+        r, gap, n, i, ln);
 }
 
-template <int KIND, bool SOFT, bool MASKED, int KEEP>
+template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
 void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<4, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
+  probability_row_of<4, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <int KIND, bool SOFT, bool MASKED, int KEEP>
+template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
 SOFTSW_TARGET_AVX2 void probability_row_avx2(const ProbabilityRows& r,
                                                               ProbabilityGaps gap, int32_t n,
                                                               int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
-template <int KIND, bool SOFT, bool MASKED, int KEEP>
+template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
 SOFTSW_TARGET_AVX512 void
 probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
                        ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, KEEP>(r, gap, n, i, ln);
+  probability_row_of<8, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
 #endif
 
-template <int KIND, bool SOFT, bool MASKED, int KEEP>
+template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
 ProbabilityRowFn pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, KEEP>;
-    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, KEEP>;
+    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, KEEP, LANES>;
+    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, KEEP, LANES>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<KIND, SOFT, MASKED, KEEP>;
+  return &probability_row_baseline<KIND, SOFT, MASKED, KEEP, LANES>;
 }
 
-// The row functions of one kind: [soft][masked], with state or without.
+// The row functions of one kind and what it keeps: [narrow][soft][masked].
+// Narrow rows compute the first W / 2 lanes only: a group of at most W / 2
+// pairs (a lone pair, 16 pairs on two threads) does half the work.
 struct ProbabilityRowFns {
-  ProbabilityRowFn fn[2][2];
+  ProbabilityRowFn fn[2][2][2];
+  ProbabilityRowFn of(int count, bool soft, bool masked) const {
+    return fn[count <= W / 2][soft][masked];
+  }
 };
 template <int KIND, int KEEP>
 ProbabilityRowFns pick_probability_rows() {
   ProbabilityRowFns f;
-  f.fn[0][0] = pick_probability_row<KIND, false, false, KEEP>();
-  f.fn[0][1] = pick_probability_row<KIND, false, true, KEEP>();
-  f.fn[1][0] = pick_probability_row<KIND, true, false, KEEP>();
-  f.fn[1][1] = pick_probability_row<KIND, true, true, KEEP>();
+  f.fn[0][0][0] = pick_probability_row<KIND, false, false, KEEP, W>();
+  f.fn[0][0][1] = pick_probability_row<KIND, false, true, KEEP, W>();
+  f.fn[0][1][0] = pick_probability_row<KIND, true, false, KEEP, W>();
+  f.fn[0][1][1] = pick_probability_row<KIND, true, true, KEEP, W>();
+  f.fn[1][0][0] = pick_probability_row<KIND, false, false, KEEP, W / 2>();
+  f.fn[1][0][1] = pick_probability_row<KIND, false, true, KEEP, W / 2>();
+  f.fn[1][1][0] = pick_probability_row<KIND, true, false, KEEP, W / 2>();
+  f.fn[1][1][1] = pick_probability_row<KIND, true, true, KEEP, W / 2>();
   return f;
 }
 inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
@@ -699,7 +708,7 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   ProbabilityGroup<T> grp(su, pairs, count);
   ProbabilityLanes& ln = grp.ln;
   const int64_t mg = grp.mg, ng = grp.ng, stride = grp.stride;
-  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][grp.masked];
+  const ProbabilityRowFn row = rows_fn.of(count, su.soft_reduction, grp.masked);
   float* hidden = static_cast<float*>(out.hidden);
   const bool planes = hidden && !checkpoints;
   // The group's rows, then the state rows of row i (H, or C, U, L).
@@ -812,7 +821,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
   const int64_t nb = (n + W - 1) / W, lanes = (n + nb - 1) / nb;
   int64_t width[W];
   for (int l = 0; l < W; ++l) width[l] = l < lanes ? std::min(nb, n - l * nb) : 0;
-  const ProbabilityRowFn row = rows_fn.fn[su.soft_reduction][1];
+  const ProbabilityRowFn row = rows_fn.of(static_cast<int>(lanes), su.soft_reduction, true);
   const ProbabilityGaps gaps{static_cast<float>(p.gap_open.value) * su.beta, 0.0f};
   const int64_t stride = (nb + 1) * W, chunks = (nb + C - 1) / C + 1;
   mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 4 * W + 16), 0.0f);

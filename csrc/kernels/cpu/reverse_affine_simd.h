@@ -70,7 +70,7 @@ SOFTSW_VINLINE AffineShares<Floats<VL>> load_shares(const AffineShareRows& s, in
   return {X::load(s.start + c), X::load(s.d + c), X::load(s.u + c), X::load(s.l + c)};
 }
 
-template <int VL, bool SOFT, bool GAP_TENSOR>
+template <int VL, bool SOFT, bool GAP_TENSOR, int LANES = W>
 SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, AffineGapWeights gap,
                                             int32_t n, int32_t i, const ReverseLanes& ln) {
   // A local copy: the stores (memcpy) could alias `rows`, whose pointers
@@ -81,7 +81,7 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
   using I = typename X::I;
   using Fl = Floats<VL>;
   using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;  // (LANES = W / 2: the narrow rows, forward_probability.h)
   const F zero = X::splat(0.0f), one = X::splat(1.0f);
   const I up_row = X::splati(i - 1);
   I up_ok[K], up_corner[K], nr[K];
@@ -158,43 +158,53 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
 using AffineReverseRowFn = void (*)(const AffineReverseRows&, AffineGapWeights, int32_t, int32_t,
                                     const ReverseLanes&);
 
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, int LANES>
 void reverse_affine_row_baseline(const AffineReverseRows& r, AffineGapWeights gap, int32_t n,
                                  int32_t i, const ReverseLanes& ln) {
-  reverse_affine_row_body<4, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+  reverse_affine_row_body<4, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <bool SOFT, bool GAP_TENSOR>
-SOFTSW_TARGET_AVX2 void reverse_affine_row_avx2(const AffineReverseRows& r,
-                                                                 AffineGapWeights gap, int32_t n,
-                                                                 int32_t i,
-                                                                 const ReverseLanes& ln) {
-  reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+template <bool SOFT, bool GAP_TENSOR, int LANES>
+SOFTSW_TARGET_AVX2 void reverse_affine_row_avx2(const AffineReverseRows& r, AffineGapWeights gap,
+                                                int32_t n, int32_t i, const ReverseLanes& ln) {
+  reverse_affine_row_body<8, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, int LANES>
 SOFTSW_TARGET_AVX512 void
 reverse_affine_row_avx512(const AffineReverseRows& r, AffineGapWeights gap, int32_t n, int32_t i,
                           const ReverseLanes& ln) {
-  reverse_affine_row_body<8, SOFT, GAP_TENSOR>(r, gap, n, i, ln);
+  reverse_affine_row_body<8, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
 #endif
 
-template <bool SOFT, bool GAP_TENSOR>
+template <bool SOFT, bool GAP_TENSOR, int LANES>
 AffineReverseRowFn pick_reverse_affine_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &reverse_affine_row_avx512<SOFT, GAP_TENSOR>;
-    case 1: return &reverse_affine_row_avx2<SOFT, GAP_TENSOR>;
+    case 2: return &reverse_affine_row_avx512<SOFT, GAP_TENSOR, LANES>;
+    case 1: return &reverse_affine_row_avx2<SOFT, GAP_TENSOR, LANES>;
     default: break;
   }
 #endif
-  return &reverse_affine_row_baseline<SOFT, GAP_TENSOR>;
+  return &reverse_affine_row_baseline<SOFT, GAP_TENSOR, LANES>;
 }
 
-inline AffineReverseRowFn pick_reverse_affine_row(bool soft, bool gap_tensor) {
+// The row functions for groups of more than W / 2 pairs and for the others.
+struct AffineReverseRowFns {
+  AffineReverseRowFn wide, narrow;
+  AffineReverseRowFn of(int count) const { return count <= W / 2 ? narrow : wide; }
+};
+template <bool SOFT, bool GAP_TENSOR>
+AffineReverseRowFns pick_reverse_affine_rows() {
+  return {pick_reverse_affine_row<SOFT, GAP_TENSOR, W>(),
+          pick_reverse_affine_row<SOFT, GAP_TENSOR, W / 2>()};
+}
+inline AffineReverseRowFns pick_reverse_affine_rows(bool soft, bool gap_tensor) {
   if (soft)
-    return gap_tensor ? pick_reverse_affine_row<true, true>() : pick_reverse_affine_row<true, false>();
-  return gap_tensor ? pick_reverse_affine_row<false, true>() : pick_reverse_affine_row<false, false>();
+    return gap_tensor ? pick_reverse_affine_rows<true, true>()
+                      : pick_reverse_affine_rows<true, false>();
+  return gap_tensor ? pick_reverse_affine_rows<false, true>()
+                    : pick_reverse_affine_rows<false, false>();
 }
 
 // The forward run again over the pairs of a reverse group (their regions'
@@ -209,7 +219,7 @@ class AffineShareBlocks {
                     int64_t ng, const float* hidden)
       : su_(su), ck_(su.N), count_(count), mg_(mg), hidden_(hidden),
         fwd_(su, lanes(pairs, count), count, mg, cols(su, pairs, count, ng)) {
-    fn_ = pick_affine_share_rows(su.p).fn[su.soft_reduction][fwd_.masked];
+    fn_ = pick_affine_share_rows(su.p).of(count, su.soft_reduction, fwd_.masked);
     slots_ = ck_.k + 1;
   }
 
@@ -307,8 +317,9 @@ class AffineShareBlocks {
 // training forward kept in `hidden` (AffineShareBlocks).
 template <typename T>
 void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int count,
-                          AffineReverseRowFn row, const float* hidden, T* grad_s, T* grad_o,
-                          T* grad_e, std::vector<float>& mem) {
+                          const AffineReverseRowFns& rows_fn, const float* hidden, T* grad_s,
+                          T* grad_o, T* grad_e, std::vector<float>& mem) {
+  const AffineReverseRowFn row = rows_fn.of(count);
   const Problem& p = su.p;
   const int64_t N = su.N, MN = su.MN;
   int64_t mg = 0, ng = 0;
