@@ -73,13 +73,13 @@ SOFTSW_VINLINE AffineShares<Floats<VL>> share_at(const AffineShareRow& r, int64_
 
 // Row `row`'s shares, as the forward run again gave them, masked: a cell out
 // of its lane's region or with C = -inf (flushed) gets a boundary cell's.
-template <int VL>
+template <int VL, int LANES>
 SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& sh, int32_t n, int32_t row,
                                            const ReverseLanes& ln) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;
   const F zero = X::splat(0.0f), one = X::splat(1.0f), ninf = X::splat(-kInf<float>);
   const I rv = X::splati(row);
   I rowok[K], nr[K];
@@ -123,7 +123,7 @@ SOFTSW_VINLINE typename V<VL>::I affine_cell_ok(const AffineShareRow& here, int6
 }
 
 // The node tangents of row i (tangent_affine of reverse.h).
-template <int VL, bool SOFT>
+template <int VL, bool SOFT, int LANES>
 SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32_t n, int32_t i,
                                             const ReverseLanes& ln) {
   const AffineTangentRows r = rows;  // a local copy, as reverse_row_body's
@@ -132,7 +132,7 @@ SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32
   using I = typename X::I;
   using Fl = Floats<VL>;
   using R = AffineRowWeights;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
   const F zero = X::splat(0.0f);
   const I iv = X::splati(i);
   I rowok[K], nr[K];
@@ -178,7 +178,7 @@ SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32
 // Row i of the reverse pass (reverse_affine<TAN> of reverse.h): the
 // adjoints and their tangents, the messages to row i - 1, the row's
 // Hessian-vector products.
-template <int VL, bool SOFT>
+template <int VL, bool SOFT, int LANES>
 SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& rows,
                                                     const AffineTangentMessages& messages,
                                                     int32_t n, int32_t i, const ReverseLanes& ln,
@@ -190,7 +190,7 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
   using I = typename X::I;
   using Fl = Floats<VL>;
   using R = AffineRowWeights;
-  constexpr int K = W / VL;
+  constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
   const F zero = X::splat(0.0f), it = X::splat(inv_t);
   const I iv = X::splati(i);
   I rowok[K], corner_row[K], nr[K];
@@ -287,37 +287,42 @@ struct AffineTangentRowFns {
                   const ReverseLanes&, const float*, float);
 };
 
-#define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL)                                              \
+#define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL, LANES)                                       \
   template <bool SOFT>                                                                            \
   struct NAME {                                                                                   \
     TARGET static void mask(const AffineShareRow& sh, int32_t n, int32_t row,                     \
                             const ReverseLanes& ln) {                                             \
-      affine_share_mask_body<VL>(sh, n, row, ln);                                                 \
+      affine_share_mask_body<VL, LANES>(sh, n, row, ln);                                          \
     }                                                                                             \
     TARGET static void tangent(const AffineTangentRows& r, int32_t n, int32_t i,                  \
                                const ReverseLanes& ln) {                                          \
-      affine_tangent_row_body<VL, SOFT>(r, n, i, ln);                                             \
+      affine_tangent_row_body<VL, SOFT, LANES>(r, n, i, ln);                                      \
     }                                                                                             \
     TARGET static void reverse(const AffineTangentRows& r, const AffineTangentMessages& m,        \
                                int32_t n, int32_t i, const ReverseLanes& ln, const float* sdot,   \
                                float inv_t) {                                                     \
-      affine_reverse_tangent_row_body<VL, SOFT>(r, m, n, i, ln, sdot, inv_t);                     \
+      affine_reverse_tangent_row_body<VL, SOFT, LANES>(r, m, n, i, ln, sdot, inv_t);              \
     }                                                                                             \
     static AffineTangentRowFns fns() { return {&mask, &tangent, &reverse}; }                      \
   };
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4, W)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaselineNarrow, , 4, W / 2)
 #if defined(__x86_64__)
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, SOFTSW_TARGET_AVX2, 8)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, SOFTSW_TARGET_AVX2, 8, W)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2Narrow, SOFTSW_TARGET_AVX2, 8, W / 2)
 #endif
 #undef SOFTSW_AFFINE_TANGENT_ROWS
 
-// AVX2 for AVX-512 too: 512-bit vectors measured no faster (simd.h).
+// AVX2 for AVX-512 too: 512-bit vectors measured no faster (simd.h). Narrow:
+// the rows of the first W / 2 lanes, for a group of at most W / 2 pairs.
 template <bool SOFT>
-AffineTangentRowFns pick_affine_tangent_rows() {
+AffineTangentRowFns pick_affine_tangent_rows(bool narrow) {
 #if defined(__x86_64__)
-  if (isa_level() >= 1) return AffineTangentRowsAvx2<SOFT>::fns();
+  if (isa_level() >= 1)
+    return narrow ? AffineTangentRowsAvx2Narrow<SOFT>::fns() : AffineTangentRowsAvx2<SOFT>::fns();
 #endif
-  return AffineTangentRowsBaseline<SOFT>::fns();
+  return narrow ? AffineTangentRowsBaselineNarrow<SOFT>::fns()
+                : AffineTangentRowsBaseline<SOFT>::fns();
 }
 
 // One group of up to W pairs (regions non-empty, soft T > 0, inside the range

@@ -315,8 +315,10 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     const bool soft = su.soft_reduction;
     const simd::TangentRowFns linear =
         soft ? simd::pick_tangent_rows<true>() : simd::pick_tangent_rows<false>();
-    const simd::AffineTangentRowFns affine =
-        soft ? simd::pick_affine_tangent_rows<true>() : simd::pick_affine_tangent_rows<false>();
+    simd::AffineTangentRowFns affine[2];  // [narrow]
+    for (bool narrow : {false, true})
+      affine[narrow] = soft ? simd::pick_affine_tangent_rows<true>(narrow)
+                            : simd::pick_affine_tangent_rows<false>(narrow);
     const simd::TangentIO<T> io{
         static_cast<const T*>(args.dir_scores),
         static_cast<const T*>(args.dir_gap_open),
@@ -341,7 +343,8 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
       if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
       const int count = static_cast<int>(hi - lo);
       if (p.affine)
-        simd::affine_double_backward_group<T>(su, pairs.data() + lo, count, affine, hidden, io, sc);
+        simd::affine_double_backward_group<T>(su, pairs.data() + lo, count,
+                                              affine[count <= simd::W / 2], hidden, io, sc);
       else
         simd::double_backward_linear_group<T>(su, pairs.data() + lo, count, linear, hidden, io,
                                               sc);

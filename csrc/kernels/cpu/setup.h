@@ -22,7 +22,10 @@
 // Hidden layout (accumulate type, padded extents M, N):
 //   linear: H[b][i-1][j-1]                                      B*M*N
 //   affine: [b][plane][i-1][j-1], plane 0 = C, 1 = U, 2 = L      3*B*M*N
-// Cells outside a pair's (m, n) hold 0. The backward passes recompute
+// Cells outside a pair's (m, n) hold 0. An affine pair that the SIMD
+// probability-domain forward ran (T > 0, float accumulate, inside the range
+// rule) keeps checkpoints in its slice instead (checkpoints.h): its backward
+// and double backward run the forward again from them. The backward passes recompute
 // D = C[i-1,j-1] + S, A = softmax_T(0, D, L) (the C' that U[i+1,j] opens from)
 // and B = softmax_T(0, D, U) (the C' that L[i,j+1] opens from) from C, U, L,
 // with the same arithmetic as the forward, so hard-mode ties are bit-exact.
@@ -59,14 +62,18 @@
 //   backward, linear gaps, T > 0: reverse_simd.h (a lone long pair: its
 //     region's column blocks on the lanes);
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
-//     per-cell gaps): the probability-domain weights (reverse_affine_simd.h);
+//     per-cell gaps): the shares of the forward run again from its
+//     checkpoints (reverse_affine_simd.h);
 //   double backward, linear gaps, T > 0: double_backward_simd.h;
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
-//     affine_double_backward_simd.h.
-// Every other pass (float64, T = 0 backward, the affine backward and double
-// backward outside the range rule, and the affine forward at T > 0 outside
-// the range rule) is the scalar cell loop of forward.h and reverse.h; so is a pair
-// alone in its group of the backward or the double backward. The soft passes
+//     affine_double_backward_simd.h, on the same shares.
+// A group of at most W / 2 pairs runs narrow rows (half the lanes) where a
+// pass has them (the probability-domain rows, the affine reverse and double
+// backward rows). Every other pass (float64, T = 0 backward, the affine
+// backward and double backward outside the range rule, and the affine
+// forward at T > 0 outside the range rule) is the scalar cell loop of
+// forward.h and reverse.h; so is a linear pair alone in its group of the
+// double backward, or of the backward when it is short. The soft passes
 // run with subnormal numbers flushed to zero (float_mode.h). The scalar reverse and tangent passes
 // of a float pair at T > 0 take their weights, a row at a time, with SIMD
 // along the row: row_weights.h (linear gaps), affine_row_weights.h (affine
@@ -75,7 +82,7 @@
 // Files: element.h (dtypes and conversions), thread_pool.h, cell.h (the cells
 // of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
 // choice, rows to and from the lanes), forward.h / forward_simd.h /
-// forward_probability.h / reverse.h / reverse_simd.h /
+// forward_probability.h / checkpoints.h / reverse.h / reverse_simd.h /
 // reverse_affine_simd.h / double_backward_simd.h /
 // affine_double_backward_simd.h / row_weights.h / affine_row_weights.h (the
 // passes), float_mode.h, and the
