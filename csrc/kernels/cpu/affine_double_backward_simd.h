@@ -71,15 +71,16 @@ SOFTSW_VINLINE AffineShares<Floats<VL>> share_at(const AffineShareRow& r, int64_
   return {X::load(r.start + c), X::load(r.d + c), X::load(r.u + c), X::load(r.l + c)};
 }
 
-// Row `row`'s shares, as the forward run again gave them, masked: a cell out
-// of its lane's region or with C = -inf (flushed) gets a boundary cell's.
+// Row `row`'s shares and C, as the forward run again gave them (`src`), into
+// `dst` (which may be `src`), masked: a cell out of its lane's region or with
+// C = -inf (flushed) gets a boundary cell's shares.
 template <int VL, int LANES>
-SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& sh, int32_t n, int32_t row,
-                                           const ReverseLanes& ln) {
+SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& src, const AffineShareRow& dst,
+                                           int32_t n, int32_t row, const ReverseLanes& ln) {
   using X = V<VL>;
   using F = typename X::F;
   using I = typename X::I;
-  constexpr int K = LANES / VL;
+  constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
   const F zero = X::splat(0.0f), one = X::splat(1.0f), ninf = X::splat(-kInf<float>);
   const I rv = X::splati(row);
   I rowok[K], nr[K];
@@ -91,11 +92,13 @@ SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& sh, int32_t n, 
     const I jv = X::splati(j);
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL;
-      const I ok = rowok[k] & (jv <= nr[k]) & (X::load(sh.c + c) > ninf);
-      X::store(sh.start + c, X::sel(ok, X::load(sh.start + c), one));
-      X::store(sh.d + c, X::sel(ok, X::load(sh.d + c), zero));
-      X::store(sh.u + c, X::sel(ok, X::load(sh.u + c), zero));
-      X::store(sh.l + c, X::sel(ok, X::load(sh.l + c), zero));
+      const F cc = X::load(src.c + c);
+      const I ok = rowok[k] & (jv <= nr[k]) & (cc > ninf);
+      X::store(dst.c + c, cc);
+      X::store(dst.start + c, X::sel(ok, X::load(src.start + c), one));
+      X::store(dst.d + c, X::sel(ok, X::load(src.d + c), zero));
+      X::store(dst.u + c, X::sel(ok, X::load(src.u + c), zero));
+      X::store(dst.l + c, X::sel(ok, X::load(src.l + c), zero));
     }
   }
 }
@@ -281,7 +284,8 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
 
 // The row kernels of one instruction set and reduction.
 struct AffineTangentRowFns {
-  void (*mask)(const AffineShareRow&, int32_t, int32_t, const ReverseLanes&);
+  void (*mask)(const AffineShareRow&, const AffineShareRow&, int32_t, int32_t,
+               const ReverseLanes&);
   void (*tangent)(const AffineTangentRows&, int32_t, int32_t, const ReverseLanes&);
   void (*reverse)(const AffineTangentRows&, const AffineTangentMessages&, int32_t, int32_t,
                   const ReverseLanes&, const float*, float);
@@ -290,9 +294,9 @@ struct AffineTangentRowFns {
 #define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL, LANES)                                       \
   template <bool SOFT>                                                                            \
   struct NAME {                                                                                   \
-    TARGET static void mask(const AffineShareRow& sh, int32_t n, int32_t row,                     \
-                            const ReverseLanes& ln) {                                             \
-      affine_share_mask_body<VL, LANES>(sh, n, row, ln);                                          \
+    TARGET static void mask(const AffineShareRow& src, const AffineShareRow& dst, int32_t n,      \
+                            int32_t row, const ReverseLanes& ln) {                                \
+      affine_share_mask_body<VL, LANES>(src, dst, n, row, ln);                                    \
     }                                                                                             \
     TARGET static void tangent(const AffineTangentRows& r, int32_t n, int32_t i,                  \
                                const ReverseLanes& ln) {                                          \
@@ -409,18 +413,15 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
       if (from_top) blocks.start();
       return;
     }
+    // (Cols 1..ng are written; col 0 stays the boundary.)
+    AffineShareRow src = sh;
     if (from_top) {
       blocks.step(r, AffineShareRows{sh.start, sh.d, sh.u, sh.l, sh.c});
     } else {
-      const AffineShareRows b = blocks.row(r);  // (cols 1..ng; col 0 stays the boundary)
-      const int64_t n = (ng + 1) * W;
-      std::copy(b.start + W, b.start + n, sh.start + W);
-      std::copy(b.d + W, b.d + n, sh.d + W);
-      std::copy(b.u + W, b.u + n, sh.u + W);
-      std::copy(b.l + W, b.l + n, sh.l + W);
-      std::copy(b.e0 + W, b.e0 + n, sh.c + W);
+      const AffineShareRows b = blocks.row(r);
+      src = AffineShareRow{b.start, b.d, b.u, b.l, b.e0};
     }
-    fns.mask(sh, static_cast<int32_t>(ng), static_cast<int32_t>(r), ln);
+    fns.mask(src, sh, static_cast<int32_t>(ng), static_cast<int32_t>(r), ln);
   };
   const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
   if (!gap_tensor) {

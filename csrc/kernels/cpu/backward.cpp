@@ -133,6 +133,11 @@ void set_seed_scales(const Setup<T>& su, const float* hidden, simd::ReversePair*
 }
 #endif
 
+// The SIMD backward, soft (T > 0), float accumulate: linear gaps
+// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
+// inside the range rule of probability.h (their state is checkpoints, alone
+// in a group or not), the other pairs on the scalar passes. False when it
+// does not apply (then the scalar passes run).
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR

@@ -9,7 +9,8 @@
 // k rows, its own state of one row (scaled C, A, U and the chunk exponents:
 // everything the next row reads), and the backward runs the forward again from
 // there over one block of k rows at a time, keeping in cache the shares of
-// the block's cells that its reverse pass reads (no log2 or exp2 between). The pair's slice of `hidden` (3 M N floats) holds
+// the block's cells that its reverse pass reads (no log2 or exp2 between).
+// The pair's slice of `hidden` (3 M N floats) holds
 //   [0]                        the "soft" seeds' scale, 1 / sum 2^(C - total)
 //   [1 + (t - 1) * record ...] checkpoint t >= 1: row t k - 1 (z, A, U: N
 //                              floats each, then its chunk exponents)
@@ -38,14 +39,14 @@ struct AffineCheckpoints {
 
   int64_t N;       // the problem's columns
   int64_t k;       // rows of a block, >= 4
-  int64_t chunks;  // chunk exponents of a row
+  int64_t chunks;  // chunk exponents of a row of N columns
   int64_t record;  // floats of one checkpoint
 
   explicit AffineCheckpoints(int64_t cols)
       : N(cols),
         k(std::clamp<int64_t>(kBlockFloats / (5 * (cols + 1) * simd::W) - 1, 4, 64)),
         chunks((cols + C - 1) / C),
-        record(3 * cols + (cols + C - 1) / C) {}
+        record(3 * cols + chunks) {}
 
   // Block t covers rows t k + 1 .. (t + 1) k; its reverse reads rows from
   // t k on (its first row's pass reads the row above), which the forward

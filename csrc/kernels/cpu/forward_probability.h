@@ -586,7 +586,7 @@ class ProbabilityGroup {
     };
     z_up = take();
     z_ = take();
-    s = take();
+    s_ = take();
     g_ = take();
     if (su_.p.affine) {
       a_up = take();
@@ -598,7 +598,7 @@ class ProbabilityGroup {
     e_up = reinterpret_cast<int32_t*>(next);
     e_ = e_up + chunks * W;
     start();
-    std::fill(s, s + ng * W, -kInf<float>);
+    std::fill(s_, s_ + ng * W, -kInf<float>);
     if (gap_tensor_) {
       std::fill(g_, g_ + ng * W, -kInf<float>);
       if (su_.p.affine) std::fill(g_ext_, g_ext_ + ng * W, -kInf<float>);
@@ -606,28 +606,25 @@ class ProbabilityGroup {
   }
 
   // Row 0: C = A = 1 (U = 0), exponent 0.
-  void start() {
-    std::fill(z_up, z_up + stride, 1.0f);
-    std::fill(e_up, e_up + chunks * W, 0);
-    if (a_up) {
-      std::fill(a_up, a_up + stride, 1.0f);
-      std::fill(u_up, u_up + stride, 0.0f);
-    }
-  }
+  void start() { set_up_rows(1.0f); }
 
-  // Row i's scores (kernel units) and gap scores into `s` and the gap rows,
+  // Row state all zero (z, A, U, exponents): what a checkpoint restored into
+  // it (checkpoints.h) leaves past its pair's columns and chunks.
+  void clear() { set_up_rows(0.0f); }
+
+  // Row i's scores (kernel units) and gap scores into `s_` and the gap rows,
   // for the lanes whose pair has row i (the rest keep what they hold).
   void gather(int64_t i) {
     const int64_t N = su_.N;
     if constexpr (std::is_same_v<T, float>) {
       const float* src[W] = {};
       for (int l = 0; l < count_; ++l) src[l] = i <= ln.m[l] ? S_[l] + (i - 1) * N : nullptr;
-      interleave_rows(s, src, lane_n, count_, su_.beta);
+      interleave_rows(s_, src, lane_n, count_, su_.beta);
     } else {
       for (int l = 0; l < count_; ++l) {
         if (i > ln.m[l]) continue;
         const T* src = S_[l] + (i - 1) * N;
-        for (int64_t j = 0; j < ln.n[l]; ++j) s[j * W + l] = ld(src, j) * su_.beta;
+        for (int64_t j = 0; j < ln.n[l]; ++j) s_[j * W + l] = ld(src, j) * su_.beta;
       }
     }
     if (gap_tensor_) {
@@ -639,7 +636,7 @@ class ProbabilityGroup {
   // Row i (its inputs gathered) from row i - 1; after it the `_up` rows hold
   // row i. `keep`: the rows it writes besides (as the row function keeps).
   void step(ProbabilityRowFn row, int64_t i, const KeptRows& keep, RowPrefetcher* next) {
-    ProbabilityRows r{s,       gap_tensor_ ? g_ : nullptr, z_up,    e_up,    z_,   e_,
+    ProbabilityRows r{s_,      gap_tensor_ ? g_ : nullptr, z_up,    e_up,    z_,   e_,
                       keep.h,  keep.h_u,                   keep.h_l, nullptr, nullptr, nullptr,
                       nullptr, a_up,                       u_up,    a_,      u_,   next,
                       gap_tensor_ ? g_ext_ : nullptr};
@@ -663,9 +660,18 @@ class ProbabilityGroup {
   // gaps) at j * W (col 0 unused), chunk q's exponent at q * W.
   float *z_up = nullptr, *a_up = nullptr, *u_up = nullptr;
   int32_t* e_up = nullptr;
-  float* s = nullptr;  // the gathered row's scores, col j at (j - 1) * W
 
  private:
+  // Every column of row i - 1: z = A = `za`, U = 0, exponents 0.
+  void set_up_rows(float za) {
+    std::fill(z_up, z_up + stride, za);
+    std::fill(e_up, e_up + chunks * W, 0);
+    if (a_up) {
+      std::fill(a_up, a_up + stride, za);
+      std::fill(u_up, u_up + stride, 0.0f);
+    }
+  }
+
   // Row i of the lanes' gap scores (kernel units) into `dst`, the lanes whose
   // pair has row i; the rest keep what they hold.
   void gather_gap_row(const GapView<T>* g, int64_t i, float* dst) {
@@ -690,6 +696,7 @@ class ProbabilityGroup {
   GapView<T> gv_[W], ge_[W];
   bool gap_tensor_ = false;
   ProbabilityGaps gaps_{};
+  float* s_ = nullptr;  // the gathered row's scores, col j at (j - 1) * W
   float *z_ = nullptr, *a_ = nullptr, *u_ = nullptr, *g_ = nullptr, *g_ext_ = nullptr;
   int32_t* e_ = nullptr;
 };

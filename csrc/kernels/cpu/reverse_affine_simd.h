@@ -251,12 +251,16 @@ class AffineShareBlocks {
   AffineShareRows row(int64_t r) {
     const int64_t t = (r - 1) / ck_.k;
     if (t != block_t_) recompute(t);
+    return slot(r);
+  }
+
+ private:
+  // Row r's place in the block (rows lo - 1 .. hi, a plane per share and C).
+  AffineShareRows slot(int64_t r) const {
     float* s = block_ + (r - (lo_ - 1)) * fwd_.stride;
     const int64_t plane = slots_ * fwd_.stride;
     return AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane};
   }
-
- private:
   const int64_t* lanes(const ReversePair* pairs, int count) {
     for (int l = 0; l < count; ++l) b_of_[l] = pairs[l].b;
     return b_of_;
@@ -282,20 +286,13 @@ class AffineShareBlocks {
       fwd_.start();
     } else {
       r0 = ck_.restart_row(t);
-      std::fill(fwd_.z_up, fwd_.z_up + fwd_.stride, 0.0f);
-      std::fill(fwd_.a_up, fwd_.a_up + fwd_.stride, 0.0f);
-      std::fill(fwd_.u_up, fwd_.u_up + fwd_.stride, 0.0f);
-      std::fill(fwd_.e_up, fwd_.e_up + fwd_.chunks * W, 0);
+      fwd_.clear();
       for (int l = 0; l < count_; ++l)
         if (ck_.saves(r0, fwd_.ln.m[l]))
           ck_.restore(hidden_ + b_of_[l] * su_.planes * su_.MN, l, fwd_.ln.n[l], r0, fwd_.z_up,
                       fwd_.a_up, fwd_.u_up, fwd_.e_up);
     }
-    for (int64_t r = r0 + 1; r <= hi; ++r) {
-      float* s = block_ + (r - (lo_ - 1)) * fwd_.stride;
-      const int64_t plane = slots_ * fwd_.stride;
-      step(r, AffineShareRows{s, s + plane, s + 2 * plane, s + 3 * plane, s + 4 * plane});
-    }
+    for (int64_t r = r0 + 1; r <= hi; ++r) step(r, slot(r));
   }
 
   const Setup<T>& su_;
