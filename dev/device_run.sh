@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   inplace ptests probe pncu ptrain search searchprof hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -90,6 +90,13 @@ for stage in "$@"; do
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
         --benchmarks-dir $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
+    rows)  # the probability-domain inference forward with one and two rows per lane
+      for rows in 1 2; do
+        (cd /tmp && SOFTSW_PROBABILITY_ROWS=$rows timeout 200 python3 -m softsw.bench --methods softsw \
+          --mode inference --no-latency --budget 0.3 \
+          --shapes ${ROWS_SHAPES:-1024x128x128,128x900x900,256x512x512,64x1024x1024,8x4096x4096,1x16384x16384} \
+          ${ROWS_ARGS:-}) 2>&1 | tail -9 | sed "s/^/rows=$rows /" | tee -a "$SUMMARY"
+      done ;;
     affinebench)  # affine next to linear, softsw only, same shapes and run
       for kind in "" "--affine"; do
         (cd /tmp && timeout 150 python3 -m softsw.bench --methods softsw --no-latency \
@@ -97,7 +104,7 @@ for stage in "$@"; do
           | tail -12 | tee -a "$SUMMARY"
       done ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" $REPO/tests) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" ${TEST_PATHS:-$REPO/tests}) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done

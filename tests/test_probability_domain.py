@@ -135,6 +135,28 @@ def test_large_scores_near_the_limit(gen):
         assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_value_in_the_top_binade_at_a_check(gen, dtype, training):
+    """A row whose value is in the format's top binade (finite, but within a
+    factor 2 of overflow) when its group of 8 steps is checked: it cannot be
+    renormalised (2^-127 in float flushes to 0, which would zero the row from
+    there on), so it goes to the log domain like an overflow. One score puts
+    Z[1, 8] at 2^(top + 1/2); the cells to its right continue from it, and the
+    soft total counts them."""
+    top = 127 if dtype == torch.float32 else 1023
+    T = 1.0
+    B, M, N = 2, 3, 24
+    S = randn(gen, B, M, N, scale=0.1)
+    S[:, 0, 7] = (top + 0.5) * T * math.log(2)  # lane 0's cell at step 7, either rows per lane
+    for reduction in ("max", "soft"):
+        if training:
+            check_training(gen, S, -1.0, T, None, reduction, dtype)
+        else:
+            out, ref = check(S, -1.0, T, None, reduction, dtype)
+            assert torch.isfinite(out).all()
+
+
 def test_nan_and_inf_stay_in_their_pair(gen):
     B, M, N = 4, 40, 50
     S = randn(gen, B, M, N)

@@ -9,9 +9,11 @@
 //
 // Work split. One warp per band of 32R rows (wavefront.cuh's geometry): lane l
 // owns band rows lR .. lR+R-1 and at step t computes column t - lR - k of its
-// row k. Several rows per lane would mean fewer bands per pair (each band
-// waits ~64 steps for the one above it) and R independent cells per step; the
-// launcher runs R = 1 (see there why).
+// row k. Several rows per lane mean fewer bands per pair (each band waits ~64
+// steps for the one above it), R independent cells per step, and the step's
+// per-lane work (shuffles, edges, the 8-step check) shared by R cells:
+// rows_per_thread says which (a forward with state runs R = 1: the backward
+// passes read its band layout).
 //
 // Staging. The scores reach the warp through shared memory a chunk of 32
 // steps ahead (staging.cuh): a step reads its score from a padded slot,
@@ -31,7 +33,8 @@
 // steps are undone (a snapshot of the state is taken before them) and redone
 // in the log domain (recurrence.h's LinearCell), as is the rest of the band.
 // Every cell is exact either way, and a band's result depends on its data
-// only. Band edges travel as a mantissa and an exponent (Z = m 2^e) whichever
+// only. (A value in the format's top binade counts as overflow too: it
+// cannot be renormalised.) Band edges travel as a mantissa and an exponent (Z = m 2^e) whichever
 // domain wrote them, published after the 8 steps that finish them are checked.
 //
 // State (a training forward): every cell's H = log2 Z (kernel units) goes to
@@ -110,11 +113,13 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
 // STATE: a training forward (H of every cell to `hidden`, the argmax).
-// The staging (8.4 KB a warp for float, twice that for double) lets 6 blocks
-// of 4 warps (3 for double) share an SM: registers up to that occupancy (5 for
-// 2-byte scores, whose staging code needs more, and for a training forward).
+// The staging (8.4 KB a warp for float and one row per lane, twice that for
+// double or two rows) lets 6 blocks of 4 warps (3 for double or two rows)
+// share an SM: registers up to that occupancy (5 for 2-byte scores, whose
+// staging code needs more, and for a training forward).
 template <typename T, typename A, int R, bool SOFT, bool STATE>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : sizeof(T) == 2 || STATE ? 5 : 6)
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
+                                  sizeof(A) == 8 || R > 1 ? 3 : sizeof(T) == 2 || STATE ? 5 : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
   static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
@@ -122,6 +127,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
   constexpr int kPitch = kStagePitch<T>;
   constexpr int kSlot = kBandRows * kPitch;  // elements of one slot
   constexpr A kInf = std::numeric_limits<A>::infinity();
+  // The top binade [2^127, 2^128) (float) counts as overflow: renormalising
+  // a value there would multiply it by 2^-127, which pow2 flushes to 0.
+  constexpr A kTopBinade = A(2) / std::numeric_limits<A>::min();
   using Edge = ScaledEdge<A>;
   using LogCell = LinearCell<A, false>;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
@@ -271,8 +279,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
       constexpr bool kChecked = decltype(checked)::value;
       const A up_lane = __shfl_up_sync(kFullMask, z[R - 1], 1) * from_above[0];
       const A up_edge = __shfl_sync(kFullMask, edge_up, x);
-#pragma unroll
-      for (int k = R - 1; k >= 0; --k) {  // row k reads row k-1's value before this step
+      for_rows_down<R>([&](auto row) {
+        constexpr int k = decltype(row)::value;
         // Lane 0's edge_up is the border 1 in its scale when there is no band above.
         const A up = k > 0 ? z[k - 1] * from_above[k] : lane != 0 ? up_lane : up_edge;
         const A w = exp2_acc(scaled(to_acc<A>(srow[k][slot + x]), scale));
@@ -292,7 +300,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
             best_t[k] = t;
           }
         }
-      }
+      });
       // Collected whether or not there is a band below (selects, no branch);
       // stored only when there is one.
       {
@@ -313,8 +321,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
     auto log_step = [&](const int t, const int x, const int slot) {
       const A up_lane = __shfl_up_sync(kFullMask, h[R - 1], 1);
       const A up_edge = __shfl_sync(kFullMask, edge_h, x);
-#pragma unroll
-      for (int k = R - 1; k >= 0; --k) {
+      for_rows_down<R>([&](auto row) {
+        constexpr int k = decltype(row)::value;
         const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : up_edge;  // border: 0
         const A sk = scaled(to_acc<A>(srow[k][slot + x]), scale);
         const A hn = LogCell::value(hdiag[k] + sk, up + a.gap, h[k] + a.gap);
@@ -326,7 +334,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
           else if (STATE) best_cell.add(hn, row_index[k] + t);
           keep(t, k, hn, std::true_type{});
         }
-      }
+      });
       if (has_below) {
         const A v = __shfl_sync(kFullMask, h[R - 1], kWarp - 1);
         const int col = t - (kBandRows - 1);
@@ -412,9 +420,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : si
         }
 #pragma unroll
         for (int j = 0; j < kGroupSteps; ++j) probability_step(t0 + g + j, g + j, slot, checked);
-        bool finite = true;
+        bool finite = true;  // and below the top binade
 #pragma unroll
-        for (int k = 0; k < R; ++k) finite &= z[k] < kInf;  // false for NaN
+        for (int k = 0; k < R; ++k) finite &= z[k] < kTopBinade;  // false for NaN
         if (__all_sync(kFullMask, finite)) {
           renormalise();
           store_edge(t0, false, g + kGroupSteps == kChunkSteps);
@@ -521,15 +529,16 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       launch_persistent<probability_forward<T, A, R, soft(), state()>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
+    // Rows per lane as rows_per_thread says (one with state; two only in
+    // float). Four would allow one block per SM (the staging).
     auto with_state = [&](auto soft) {
-      if (args.hidden) launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
-      else launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
+      if (args.hidden) return launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
+      if constexpr (sizeof(A) == 4) {
+        if (rows_per_thread(p) == 2)
+          return launch(std::integral_constant<int, 2>{}, soft, std::false_type{});
+      }
+      launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
     };
-    // One row per lane (rows_per_thread). The kernel is written for R rows
-    // per lane (fewer bands per tall pair, R independent cells per step), but
-    // with nvcc 13.0 R = 2 keeps its row arrays in local memory (a stack
-    // frame, spills) and measured no faster; four allow one block per SM (the
-    // staging).
     if (args.soft_reduction) with_state(std::true_type{});
     else with_state(std::false_type{});
   });

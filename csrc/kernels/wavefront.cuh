@@ -33,6 +33,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "probability.h"
 #include "problem.h"
@@ -44,6 +45,17 @@ namespace cuda {
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpsPerBlock = 4;
+
+// f(std::integral_constant<int, k>) for k = N - 1 down to 0: a lane's rows in
+// the order a step updates them (row k reads row k - 1's value of the step
+// before), each index a constant whatever nvcc's unroller decides (with a
+// plain loop it kept two rows' arrays in local memory).
+template <int N, typename F>
+__device__ __forceinline__ void for_rows_down(F&& f) {
+  [&]<int... K>(std::integer_sequence<int, K...>) {
+    (f(std::integral_constant<int, N - 1 - K>{}), ...);
+  }(std::make_integer_sequence<int, N>{});
+}
 
 // --------------------------------------------------------------------------
 // Element access
@@ -223,6 +235,21 @@ inline bool runs_probability_forward(const Problem& p) {
 template <typename A, bool AFFINE>
 constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 
+// Rows per lane of the probability-domain forward without state: one, or
+// two in float with SOFTSW_PROBABILITY_ROWS=2 (the step's shuffles, band
+// edges and the 8-step check and renormalisation are per lane: about 18
+// instructions a cell instead of 25 in the unchecked chunks, and half the
+// bands of a tall pair; not yet measured on a GPU). Double keeps one (two
+// staging slots of 64 rows of doubles leave one block per SM). A forward
+// with state runs one: every pass over the state follows its band layout.
+inline int probability_inference_rows(const Problem& p) {
+  static const bool two = [] {
+    const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
+    return e && e[0] == '2' && e[1] == 0;
+  }();
+  return two && !accumulates_in_double(p.dtype) ? 2 : 1;
+}
+
 // Rows per thread: 1 or the tall count. A band takes n + 32R - 1 steps for n
 // columns, so tall bands waste the fill and drain on short targets; on long
 // ones several rows per thread give independent cells per step (hiding the
@@ -234,7 +261,8 @@ inline int rows_per_thread(const Problem& p) {
   // inference shape, linear or affine.
   // So does a forward in the probability domain, and then every pass over its
   // state (the band layout of `hidden` follows the rows per lane).
-  if (!p.keeps_state || runs_probability_forward(p)) return 1;
+  if (runs_probability_forward(p)) return p.keeps_state ? 1 : probability_inference_rows(p);
+  if (!p.keeps_state) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;
     return accumulates_in_double(p.dtype) ? kTallRows<double, true> : kTallRows<float, true>;
