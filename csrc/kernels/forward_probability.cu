@@ -114,12 +114,16 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
 // STATE: a training forward (H of every cell to `hidden`, the argmax).
 // The staging (8.4 KB a warp for float and one row per lane, twice that for
-// double or two rows) lets 6 blocks of 4 warps (3 for double or two rows)
-// share an SM: registers up to that occupancy (5 for 2-byte scores, whose
-// staging code needs more, and for a training forward).
+// double or two rows, four times for four rows) lets 6 blocks of 4 warps (3
+// for double or two rows, 1 for four rows) share an SM: registers up to that
+// occupancy (5 for 2-byte scores, whose staging code needs more, and for a
+// training forward).
 template <typename T, typename A, int R, bool SOFT, bool STATE>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
-                                  sizeof(A) == 8 || R > 1 ? 3 : sizeof(T) == 2 || STATE ? 5 : 6)
+                                  R == 4                       ? 1
+                                  : sizeof(A) == 8 || R > 1    ? 3
+                                  : sizeof(T) == 2 || STATE    ? 5
+                                                               : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(ProbabilityRange<A>::kRenormSteps == kGroupSteps, "checked where renormalised");
   static_assert(kChunkSteps % kGroupSteps == 0, "a chunk holds whole groups");
@@ -529,13 +533,15 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       launch_persistent<probability_forward<T, A, R, soft(), state()>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
-    // Rows per lane as rows_per_thread says (one with state; two only in
-    // float). Four would allow one block per SM (the staging).
+    // Rows per lane as rows_per_thread says (one with state; more only in
+    // float).
     auto with_state = [&](auto soft) {
       if (args.hidden) return launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
       if constexpr (sizeof(A) == 4) {
         if (rows_per_thread(p) == 2)
           return launch(std::integral_constant<int, 2>{}, soft, std::false_type{});
+        if (rows_per_thread(p) == 4)
+          return launch(std::integral_constant<int, 4>{}, soft, std::false_type{});
       }
       launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
     };

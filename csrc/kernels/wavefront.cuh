@@ -235,19 +235,21 @@ inline bool runs_probability_forward(const Problem& p) {
 template <typename A, bool AFFINE>
 constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 
-// Rows per lane of the probability-domain forward without state: one, or
-// two in float with SOFTSW_PROBABILITY_ROWS=2 (the step's shuffles, band
-// edges and the 8-step check and renormalisation are per lane: about 18
-// instructions a cell instead of 25 in the unchecked chunks, and half the
-// bands of a tall pair; not yet measured on a GPU). Double keeps one (two
-// staging slots of 64 rows of doubles leave one block per SM). A forward
-// with state runs one: every pass over the state follows its band layout.
+// Rows per lane of the probability-domain forward without state: one, or in
+// float two or four with SOFTSW_PROBABILITY_ROWS=2 or 4. More rows share the
+// step's per-lane work (shuffles, band edges, the 8-step check and
+// renormalisation) among more cells: in the unchecked chunks about 25
+// instructions a cell at one row, 18 at two, 14 at four (sm_90 SASS); and a
+// tall pair has fewer bands. But the staging grows with the rows: 3 blocks
+// per SM at two rows, 1 at four. (Not yet measured on a GPU.) Double keeps
+// one row. A forward with state runs one: every pass over the state follows
+// its band layout.
 inline int probability_inference_rows(const Problem& p) {
-  static const bool two = [] {
+  static const int rows = [] {
     const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
-    return e && e[0] == '2' && e[1] == 0;
+    return e && (e[0] == '2' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 1;
   }();
-  return two && !accumulates_in_double(p.dtype) ? 2 : 1;
+  return accumulates_in_double(p.dtype) ? 1 : rows;
 }
 
 // Rows per thread: 1 or the tall count. A band takes n + 32R - 1 steps for n
