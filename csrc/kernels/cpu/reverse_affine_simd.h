@@ -57,6 +57,13 @@ struct AffineReverseRows {
   float *grad_s, *grad_o, *grad_e;  // grad_o, grad_e: nullptr when not wanted
   bool derive, sweep;
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
+  // A lone pair on column blocks (affine_long_pair.h): per lane, the messages
+  // from the block to the right, into B and L of the row's last column and
+  // the one pending into C of the row above it; and the lane's own messages
+  // into B and L of the column left of its first. nullptr: none (the row's
+  // right border).
+  const float *right_b_in = nullptr, *right_l_in = nullptr, *pend_c_in = nullptr;
+  float *right_b_out = nullptr, *right_l_out = nullptr;
 };
 
 // Constant gaps: their weights 2^open, 2^extend (kernel units).
@@ -95,6 +102,11 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
     scale[k] = X::load(ln.scale + k * VL);
     gs[k] = X::load(ln.grad + k * VL);
     right_b[k] = right_l[k] = pend_c[k] = zero;
+    if (r.right_b_in) {
+      right_b[k] = X::load(r.right_b_in + k * VL);
+      right_l[k] = X::load(r.right_l_in + k * VL);
+      pend_c[k] = X::load(r.pend_c_in + k * VL);
+    }
   }
   const Fl open_w = gap.open, extend_w = gap.extend;
   const AffineShares<Fl> border = AffineShares<Fl>::boundary();
@@ -152,7 +164,13 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
     }
   }
   if (r.sweep)
-    for (int k = 0; k < K; ++k) X::store(r.out_c + k * VL, pend_c[k]);
+    for (int k = 0; k < K; ++k) {
+      X::store(r.out_c + k * VL, pend_c[k]);
+      if (r.right_b_out) {
+        X::store(r.right_b_out + k * VL, right_b[k]);
+        X::store(r.right_l_out + k * VL, right_l[k]);
+      }
+    }
 }
 
 using AffineReverseRowFn = void (*)(const AffineReverseRows&, AffineGapWeights, int32_t, int32_t,
