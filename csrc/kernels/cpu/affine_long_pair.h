@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -57,6 +58,7 @@ struct ColumnBlocks {
       width[l] = l < lanes ? std::min(nb, n - first[l]) : 0;
     }
   }
+  int64_t chunks() const { return nb / C; }  // of a block
 };
 
 // Where the wavefront's own checkpoints lie in the pair's slice, after the
@@ -81,6 +83,63 @@ struct WavefrontCheckpoints {
   }
   // The floats a state of `steps` steps takes, from the slice's start.
   int64_t end(int64_t steps) const { return base + (steps / k) * record; }
+};
+
+// "soft": the chunks' sums of a pair on column blocks folded as a group's
+// row kernel folds its lane's (fold_chunk: row by row, chunks left to right),
+// so that its score and seeds are the same bits as in a group. Row i is
+// whole at step i + lanes - 1, when the last lane has computed it; until
+// then its chunks wait in a ring of `lanes` rows.
+class SoftSumsInOrder {
+ public:
+  using X = V<4>;
+  SoftSumsInOrder(const ColumnBlocks& cb, int64_t m, int64_t n)
+      : cb_(cb), m_(m), row_chunks_((n + cb.C - 1) / cb.C) {
+    for (std::vector<float>* v : {&z_, &h_, &sum_, &sum_h_})
+      v->assign(static_cast<size_t>(cb.lanes * row_chunks_ + cb.chunks() * W), 0.0f);
+    o_.assign(static_cast<size_t>(cb.lanes * row_chunks_), 0);
+  }
+  // Where the row kernel writes a step's chunk sums (ProbabilityRows).
+  float* step_sums() { return sum_.data() + cb_.lanes * row_chunks_; }
+  float* step_sums_h() { return sum_h_.data() + cb_.lanes * row_chunks_; }
+
+  // After step s (exponents `e` of each lane's chunks): its lanes' chunks
+  // into their rows, and the row it completed folded.
+  void add(int64_t s, const int32_t* e) {
+    const float *sz = step_sums(), *sh = step_sums_h();
+    for (int l = 0; l < cb_.lanes; ++l) {
+      const int64_t i = s - l;
+      if (i < 1 || i > m_) continue;
+      const int64_t at = (i % cb_.lanes) * row_chunks_ + cb_.first[l] / cb_.C;
+      for (int64_t q = 0; q < (cb_.width[l] + cb_.C - 1) / cb_.C; ++q) {
+        z_[at + q] = sz[q * W + l];
+        h_[at + q] = sh[q * W + l];
+        o_[at + q] = e[q * W + l];
+      }
+    }
+    const int64_t done = s - (cb_.lanes - 1);
+    if (done < 1 || done > m_) return;
+    const int64_t at = (done % cb_.lanes) * row_chunks_;
+    for (int64_t g = 0; g < row_chunks_; ++g) {
+      const typename X::I o = X::splati(o_[at + g]);
+      fold_chunk<4, true>(X::splat(z_[at + g]), o, z.mant, z.expo);
+      fold_chunk<4, true>(X::splat(h_[at + g]), o, h.mant, h.expo);
+    }
+  }
+
+  // The sums so far, as mant 2^expo (lane 0 of each vector; mant 0: none).
+  struct Sum {
+    typename X::F mant = X::splat(0.0f);
+    typename X::I expo = X::splati(0);
+  } z, h;
+
+ private:
+  const ColumnBlocks& cb_;
+  int64_t m_, row_chunks_;
+  // The ring's rows (chunk g of row i at (i % lanes) * row_chunks + g), then
+  // the row kernel's output of a step (chunk q of lane l at q * W + l).
+  std::vector<float> z_, h_, sum_, sum_h_;
+  std::vector<int32_t> o_;
 };
 
 // The rows of the wavefront of one pair b (valid, non-empty, in range, affine
@@ -168,9 +227,14 @@ class AffineWavefront {
   // Step s (lane l on row s - l): its inputs, the row function, and what the
   // next step reads. `keep`: the rows it writes besides (h: log2 C for a
   // training forward; the shares for the backward).
-  void step(ProbabilityRowFn row, int64_t s, const KeptRows& keep) {
+  void step(ProbabilityRowFn row, int64_t s, const KeptRows& keep,
+            SoftSumsInOrder* sums = nullptr) {
     gather(s);
     ProbabilityRows r{};
+    if (sums) {
+      r.chunk_sum = sums->step_sums();
+      r.chunk_sum_h = sums->step_sums_h();
+    }
     r.s = s_;
     r.g = gap_tensor_ ? g_ : nullptr;
     r.g_ext = gap_tensor_ ? g_ext_ : nullptr;
@@ -205,6 +269,7 @@ class AffineWavefront {
       left_c_[l] = z_[cb.nb * W + l - 1];
       left_e_[l] = e_[(chunks - 1) * W + l - 1];
     }
+    if (sums) sums->add(s, e_);
     std::swap(z_up, z_);
     std::swap(a_up, a_);
     std::swap(u_up, u_);
@@ -332,26 +397,28 @@ void probability_affine_long_pair(const Setup<T>& su, int64_t b, const Probabili
     ck.clear(slice, su.planes * su.MN, su.p.batch * su.planes * su.MN);
     keep.h = base + wf.floats();  // log2 C of a step (the lanes' "max" and "soft" seeds)
   }
+  int64_t m = 0, n = 0;
+  su.extents(b, m, n);
+  std::optional<SoftSumsInOrder> sums;
+  if (su.soft_reduction) sums.emplace(wf.cb, m, n);
   for (int64_t s = 1; s <= wf.steps; ++s) {
-    wf.step(row, s, keep);
+    wf.step(row, s, keep, sums ? &*sums : nullptr);
     if (!slice) continue;
     wf.save_rows(ck, slice, s);
     if (wk.saves(s, wf.steps)) wf.save(wk.at(slice, s));
   }
-  const ProbabilityLanes& ln = wf.ln;
-  store_long_pair_result(su, b, ln, wf.cb.lanes, wf.cb.nb, slice != nullptr, out);
-  if (!slice) return;
-  // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's cells,
-  // from the lanes' sums (as probability_group's).
-  float scale = 1.0f;
-  if (su.soft_reduction) {
-    int32_t top_z = 0, top_h = 0;
-    const double z = lanes_sum(ln.mant, ln.expo, wf.cb.lanes, top_z);
-    const double h = lanes_sum(ln.hmant, ln.hexpo, wf.cb.lanes, top_h);
-    if (z > 0.0 && h > 0.0)
-      scale = static_cast<float>(std::exp2(-(std::log2(h) - std::log2(z) + double(top_h - top_z))));
+  ProbabilityLanes& ln = wf.ln;
+  int64_t lanes = wf.cb.lanes;
+  if (sums) {  // the reduction is lane 0's
+    lanes = 1;
+    ln.mant[0] = sums->z.mant[0];
+    ln.expo[0] = sums->z.expo[0];
   }
-  ck.set_seed_scale(slice, scale);
+  store_long_pair_result(su, b, ln, lanes, wf.cb.nb, slice != nullptr, out);
+  if (!slice) return;
+  ck.set_seed_scale(slice, sums ? soft_seed_scale(sums->z.mant[0], sums->z.expo[0],
+                                                  sums->h.mant[0], sums->h.expo[0])
+                                : 1.0f);
   ck.set_column_blocks(slice, wf.cb.lanes);
 }
 

@@ -134,6 +134,11 @@ struct ProbabilityRows {
   // (what the next block reads as its left neighbour; nullptr: not kept).
   const float *left_b = nullptr, *left_l = nullptr;
   float *last_b = nullptr, *last_l = nullptr;
+  // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
+  // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
+  // folded into the lanes' reductions (the caller folds a row's chunks in a
+  // group's order). nullptr: folded.
+  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
@@ -412,6 +417,11 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       bl[k] = b;
       ll[k] = l;
       el[k] = o;
+      if (SOFT && r.chunk_sum) {
+        X::store(r.chunk_sum + q * W + lane, red);
+        if constexpr (STATE) X::store(r.chunk_sum_h + q * W + lane, red_h);
+        continue;
+      }
       if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
       if constexpr (STATE && SOFT) fold_chunk<VL, true>(red_h, o, h_m[k], h_e[k]);
     }
@@ -543,6 +553,11 @@ struct KeptRows {
   // (what the next block reads as its left neighbour; nullptr: not kept).
   const float *left_b = nullptr, *left_l = nullptr;
   float *last_b = nullptr, *last_l = nullptr;
+  // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
+  // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
+  // folded into the lanes' reductions (the caller folds a row's chunks in a
+  // group's order). nullptr: folded.
+  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
 
 // The rows of a probability-domain group of up to W pairs (valid, non-empty,
@@ -727,6 +742,15 @@ class ProbabilityGroup {
   int32_t* e_ = nullptr;
 };
 
+// "soft" with state: the seeds' scale 1 / sum 2^(C - total) over a pair's
+// cells (the C the backward computes again), from the sum of Z (the total)
+// and of 2^C as kept, each as mant 2^expo (mant 0: none).
+inline float soft_seed_scale(float mant, int32_t expo, float hmant, int32_t hexpo) {
+  if (!(hmant > 0.0f && mant > 0.0f)) return 1.0f;
+  return static_cast<float>(std::exp2(
+      -(std::log2(double(hmant)) - std::log2(double(mant)) + double(hexpo - expo))));
+}
+
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
 // writes score, total, argmax, and `hidden` when the forward keeps state
 // (rows_fn must then be the STATE row functions): H (linear gaps), the C, U,
@@ -824,11 +848,9 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     if (hidden && checkpoints) {
       // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's cells
       // (the C the backward computes again), from the row passes' sum.
-      float scale = 1.0f;
-      if (su.soft_reduction && ln.hmant[l] > 0.0f && ln.mant[l] > 0.0f)
-        scale = static_cast<float>(std::exp2(
-            -(std::log2(double(ln.hmant[l])) - std::log2(double(ln.mant[l])) +
-              double(ln.hexpo[l] - ln.expo[l]))));
+      const float scale = su.soft_reduction ? soft_seed_scale(ln.mant[l], ln.expo[l], ln.hmant[l],
+                                                              ln.hexpo[l])
+                                            : 1.0f;
       ck.set_seed_scale(hid[l], scale);
       ck.set_column_blocks(hid[l], 0);  // (its state is the row checkpoints alone)
     }
