@@ -450,28 +450,21 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
   const GapView<T> go = su.gap(p.gap_open, q.b), ge = su.gap(p.gap_extend, q.b);
 
-  // Lane-interleaved rows (stride floats each): two sets of shares (5 each),
-  // gap scores (2), messages in and out (3 each), gradients (3); the hand-over
-  // values (W each); a block of k steps' shares (5 planes); the wavefront's.
+  // The pass's rows (AffineReverseBuffers), the hand-over values (W each), a
+  // block of k steps' shares (5 planes), the wavefront's rows.
   const int64_t stride = wf.stride, k = wk.k;
-  constexpr int kRows = 2 * 5 + 2 + 6 + 3;
-  mem.assign(static_cast<size_t>((kRows + 5 * k) * stride + 5 * W + wf.floats() + 32), 0.0f);
+  mem.assign(static_cast<size_t>((AffineReverseBuffers::kRows + 5 * k) * stride + 5 * W +
+                                 wf.floats() + 32),
+             0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float* next = base;
+  AffineReverseBuffers buf;
+  float* next = buf.bind(base, stride);
   auto take = [&](int64_t n) {
     float* a = next;
     next += n;
     return a;
   };
-  auto share_rows = [&]() {
-    return AffineShareRows{take(stride), take(stride), take(stride), take(stride), take(stride)};
-  };
-  AffineShareRows here = share_rows(), up = share_rows();
-  float *open = take(stride), *extend = take(stride);
-  float *in_c = take(stride), *in_a = take(stride), *in_u = take(stride);
-  float *out_c = take(stride), *out_a = take(stride), *out_u = take(stride);
-  float *os = take(stride), *oo = take(stride), *oe = take(stride);
   float *right_b_in = take(W), *right_l_in = take(W), *pend_c_in = take(W);
   float *right_b_out = take(W), *right_l_out = take(W);
   float* block = take(5 * k * stride);
@@ -534,24 +527,8 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
     }
   };
   auto rows_at = [&](int64_t s, bool sweep, RowPrefetcher* pf) {
-    AffineReverseRows rows{};
-    rows.prefetch = pf;
-    rows.derive = true;
-    rows.sweep = sweep;
-    rows.given = shares_of(s - 1);
-    rows.here = here;
-    rows.up = up;
-    rows.open = open;
-    rows.extend = extend;
-    rows.in_c = in_c;
-    rows.in_a = in_a;
-    rows.in_u = in_u;
-    rows.out_c = out_c;
-    rows.out_a = out_a;
-    rows.out_u = out_u;
-    rows.grad_s = os;
-    rows.grad_o = grad_o ? oo : nullptr;
-    rows.grad_e = grad_e ? oe : nullptr;
+    AffineReverseRows rows =
+        buf.rows(shares_of(s - 1), true, sweep, pf, grad_o != nullptr, grad_e != nullptr);
     rows.right_b_in = right_b_in;
     rows.right_l_in = right_l_in;
     rows.pend_c_in = pend_c_in;
@@ -574,7 +551,7 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
   row(rows_at(last_step + 1, false, &none), gaps, static_cast<int32_t>(cb.nb),
       static_cast<int32_t>(last_step + 1), ln);
   for (int64_t s = last_step; s >= 1; --s) {
-    std::swap(here, up);
+    buf.next_shares();
     set_rows(s);
     for (int l = 0; l < W; ++l) {
       const int64_t i = s - l;
@@ -587,6 +564,7 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
     for (int l = 0; l < W; ++l) {
       const bool left = l >= 1 && row_of[l] > 0;
       const int64_t c = cb.nb * W + l - 1;
+      const AffineShareRows& here = buf.here;
       here.start[l] = left ? rows.given.start[c] : 1.0f;
       here.d[l] = left ? rows.given.d[c] : 0.0f;
       here.u[l] = left ? rows.given.u[c] : 0.0f;
@@ -599,16 +577,16 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
       const bool right = l + 1 < lanes;
       right_b_in[l] = right ? right_b_out[l + 1] : 0.0f;
       right_l_in[l] = right ? right_l_out[l + 1] : 0.0f;
-      pend_c_in[l] = right ? in_c[l + 1] : 0.0f;
+      pend_c_in[l] = right ? buf.in_c[l + 1] : 0.0f;
     }
     if (gap_tensor)
       for (int l = 0; l < lanes; ++l)
         for (int64_t j = 0; row_of[l] > 0 && j < width[l]; ++j) {
-          open[j * W + l] = go.at(row_of[l], cb.first[l] + j + 1);
-          extend[j * W + l] = ge.at(row_of[l], cb.first[l] + j + 1);
+          buf.open[j * W + l] = go.at(row_of[l], cb.first[l] + j + 1);
+          buf.extend[j * W + l] = ge.at(row_of[l], cb.first[l] + j + 1);
         }
     row(rows, gaps, static_cast<int32_t>(cb.nb), static_cast<int32_t>(s), ln);
-    const std::pair<T*, const float*> outs[] = {{grad_s, os}, {grad_o, oo}, {grad_e, oe}};
+    const std::pair<T*, const float*> outs[] = {{grad_s, buf.os}, {grad_o, buf.oo}, {grad_e, buf.oe}};
     for (const auto& [g, src] : outs) {
       if (!g) continue;
       T* dst[W] = {};
@@ -616,9 +594,7 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
       block_rows(g + q.b * MN, dst, n);
       deinterleave_rows_of(dst, src, n, static_cast<int>(lanes));
     }
-    std::swap(in_c, out_c);
-    std::swap(in_a, out_a);
-    std::swap(in_u, out_u);
+    buf.next_messages();
   }
 }
 
