@@ -167,3 +167,26 @@ def test_small_region_after_blocks(gen):
                  tol=grad_tol(torch.float32, M, N, 1.0, ref[0].abs().max().item()))
     assert got[1][0, 11, 39] > 0.5
     assert (got[1][0, 12:] == 0).all() and (got[1][0, :, 40:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_half_types(gen, dtype, reduction):
+    """Half types (float accumulate) take the same path: against float64 at
+    their tolerance, and the same bits alone and in a group."""
+    Mh, Nh = 20, 300
+    lengths = torch.tensor([[19, 290]])
+    S, go, ge = pair(gen, True, M=Mh, N=Nh, lengths=lengths)
+    S, go, ge = (x.to(dtype).double() for x in (S, go, ge))
+    assert column_blocks(S, go, ge, lengths) > 1
+    ref_out, _, ref = first_derivatives(S, go, ge, torch.float64, reduction, lengths)
+    out, _, grads = first_derivatives(S, go, ge, dtype, reduction, lengths)
+    assert_close(out, ref_out, dtype, "score", tol=score_tol(dtype, Mh, Nh))
+    tol = grad_tol(dtype, Mh, Nh, 1.0, ref_out.abs().max().item())
+    for name, a, e in zip(["d/d S", "d/d open", "d/d extend"], grads, ref):
+        assert_close(a, e, dtype, name, tol=tol)
+    rep = [x.repeat(4, 1, 1) for x in (S, go, ge)]
+    out4, _, grads4 = first_derivatives(*rep, dtype, reduction, lengths.repeat(4, 1))
+    assert torch.equal(out, out4[3:])
+    for a, e in zip(grads, grads4):
+        assert torch.equal(a, e[3:])
