@@ -61,6 +61,26 @@ struct ColumnBlocks {
   int64_t chunks() const { return nb / C; }  // of a block
 };
 
+// Each lane's block of its row rows[l] of a gap view (n[l] columns; 0: the
+// lane is skipped) into `dst` at j * W + l, in kernel units: through the row
+// transposes where the rows are contiguous (the same bits as GapView::at).
+template <typename T>
+void gather_gap_blocks(const GapView<T>& g, const ColumnBlocks& cb, const int64_t* rows,
+                       const int64_t* n, float* dst) {
+  const T* src[W] = {};
+  bool contiguous = true;
+  for (int l = 0; l < cb.lanes; ++l)
+    if (n[l] > 0) contiguous &= (src[l] = g.row(rows[l])) != nullptr;
+  if (contiguous) {
+    for (int l = 0; l < cb.lanes; ++l)
+      if (src[l]) src[l] += cb.first[l];
+    interleave_rows_of(dst, src, n, static_cast<int>(cb.lanes), g.beta);
+    return;
+  }
+  for (int l = 0; l < cb.lanes; ++l)
+    for (int64_t j = 0; j < n[l]; ++j) dst[j * W + l] = g.at(rows[l], cb.first[l] + j + 1);
+}
+
 // Where the wavefront's own checkpoints lie in the pair's slice, after the
 // row checkpoints: one every k steps (after step t k - 1, t >= 1), k from a
 // block of k steps' shares in about AffineCheckpoints::kBlockFloats.
@@ -345,10 +365,10 @@ class AffineWavefront {
     }
     interleave_rows_of(s_, src, n_now, W, su_.beta);
     if (!gap_tensor_) return;
-    for (const auto& [g, dst] : {std::pair{&go_, g_}, std::pair{&ge_, g_ext_}})
-      for (int l = 0; l < W; ++l)
-        if (n_now[l] > 0)
-          for (int64_t j = 0; j < n_now[l]; ++j) dst[j * W + l] = g->at(s - l, cb.first[l] + j + 1);
+    int64_t rows[W];
+    for (int l = 0; l < W; ++l) rows[l] = s - l;
+    gather_gap_blocks(go_, cb, rows, n_now, g_);
+    gather_gap_blocks(ge_, cb, rows, n_now, g_ext_);
   }
 
   const Setup<T>& su_;
@@ -579,12 +599,12 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
       right_l_in[l] = right ? right_l_out[l + 1] : 0.0f;
       pend_c_in[l] = right ? buf.in_c[l + 1] : 0.0f;
     }
-    if (gap_tensor)
-      for (int l = 0; l < lanes; ++l)
-        for (int64_t j = 0; row_of[l] > 0 && j < width[l]; ++j) {
-          buf.open[j * W + l] = go.at(row_of[l], cb.first[l] + j + 1);
-          buf.extend[j * W + l] = ge.at(row_of[l], cb.first[l] + j + 1);
-        }
+    if (gap_tensor) {
+      int64_t n[W] = {};
+      for (int l = 0; l < lanes; ++l) n[l] = row_of[l] > 0 ? width[l] : 0;
+      gather_gap_blocks(go, cb, row_of, n, buf.open);
+      gather_gap_blocks(ge, cb, row_of, n, buf.extend);
+    }
     row(rows, gaps, static_cast<int32_t>(cb.nb), static_cast<int32_t>(s), ln);
     const std::pair<T*, const float*> outs[] = {{grad_s, buf.os}, {grad_o, buf.oo}, {grad_e, buf.oe}};
     for (const auto& [g, src] : outs) {
