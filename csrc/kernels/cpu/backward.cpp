@@ -9,6 +9,7 @@
 
 #include "../problem.h"
 #include "affine_double_backward_simd.h"
+#include "affine_long_pair.h"
 #include "checkpoints.h"
 #include "double_backward_simd.h"
 #include "float_mode.h"
@@ -172,7 +173,12 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
       const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
       if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
       if (hi - lo > 1 || p.affine) {
-        if (p.affine)
+        const simd::ReversePair& q = pairs[lo];
+        if (p.affine && hi - lo == 1 && q.nr >= 4 * simd::W &&
+            AffineCheckpoints::column_blocks(hidden + q.b * su.planes * su.MN) > 0)
+          // A lone long pair whose forward ran on column blocks: on them again.
+          simd::reverse_affine_long_pair<T>(su, q, affine_rows, hidden, gS, gO, gE, sc.lanes);
+        else if (p.affine)
           simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
                                         affine_rows, hidden, gS, gO, gE, sc.lanes);
         else

@@ -12,11 +12,16 @@
 // the block's cells that its reverse pass reads (no log2 or exp2 between).
 // The pair's slice of `hidden` (3 M N floats) holds
 //   [0]                        the "soft" seeds' scale, 1 / sum 2^(C - total)
-//   [1 + (t - 1) * record ...] checkpoint t >= 1: row t k - 1 (z, A, U: N
+//   [1]                        the column blocks of a lone long pair's forward
+//                              (affine_long_pair.h), whose own checkpoints
+//                              follow the rows' (from rows_end(m)); 0: none
+//   [2 + (t - 1) * record ...] checkpoint t >= 1: row t k - 1 (z, A, U: N
 //                              floats each, then its chunk exponents)
 // and nothing else: the rest of the slice is not written (its pages are not
 // touched) unless the whole state is small, when it is zero, so that the
-// op's outputs repeat.
+// op's outputs repeat. The row checkpoints are there however the forward ran
+// the pair (in a group or on column blocks), so every backward pass can read
+// them.
 #pragma once
 
 #include <algorithm>
@@ -58,10 +63,13 @@ struct AffineCheckpoints {
   // block needs the block too).
   bool saves(int64_t r, int64_t m) const { return r >= 1 && (r + 1) % k == 0 && r + 1 <= m; }
 
-  float* row(float* slice, int64_t r) const { return slice + 1 + ((r + 1) / k - 1) * record; }
+  static constexpr int64_t kHeader = 2;
+  float* row(float* slice, int64_t r) const { return slice + kHeader + ((r + 1) / k - 1) * record; }
   const float* row(const float* slice, int64_t r) const {
-    return slice + 1 + ((r + 1) / k - 1) * record;
+    return slice + kHeader + ((r + 1) / k - 1) * record;
   }
+  // Where the row checkpoints of a pair of m rows end.
+  int64_t rows_end(int64_t m) const { return kHeader + (m / k) * record; }
 
   // Zeros the slice (`floats` of them) when the whole state (`total` floats)
   // is small; else leaves it.
@@ -70,19 +78,23 @@ struct AffineCheckpoints {
   }
   void set_seed_scale(float* slice, float scale) const { slice[0] = scale; }
   static float seed_scale(const float* slice) { return slice[0]; }
+  // The column blocks of the forward on column blocks (0: it ran in a group).
+  static void set_column_blocks(float* slice, int64_t blocks) { slice[1] = float(blocks); }
+  static int64_t column_blocks(const float* slice) { return static_cast<int64_t>(slice[1]); }
 
   // Lane l's row r (n columns) from the group's interleaved rows (col j at
-  // j * W + l, chunk q's exponent at q * W + l) into its slice ...
+  // j * W + l, chunk q's exponent at q * W + l) into its slice, at column
+  // col0 (a multiple of C: a column block's, affine_long_pair.h) ...
   void save(const float* z, const float* a, const float* u, const int32_t* e, int l, int64_t n,
-            int64_t r, float* slice) const {
-    float* dst = row(slice, r);
+            int64_t r, float* slice, int64_t col0 = 0) const {
+    float* rec = row(slice, r);
     for (int64_t j = 0; j < n; ++j) {
-      dst[j] = z[(j + 1) * simd::W + l];
-      dst[N + j] = a[(j + 1) * simd::W + l];
-      dst[2 * N + j] = u[(j + 1) * simd::W + l];
+      rec[col0 + j] = z[(j + 1) * simd::W + l];
+      rec[N + col0 + j] = a[(j + 1) * simd::W + l];
+      rec[2 * N + col0 + j] = u[(j + 1) * simd::W + l];
     }
     for (int64_t q = 0; q < (n + C - 1) / C; ++q)
-      std::memcpy(dst + 3 * N + q, e + q * simd::W + l, sizeof(int32_t));
+      std::memcpy(rec + 3 * N + col0 / C + q, e + q * simd::W + l, sizeof(int32_t));
   }
 
   // ... and back: lane l's row r into the interleaved rows (the caller has

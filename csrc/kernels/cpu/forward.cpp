@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../problem.h"
+#include "affine_long_pair.h"
 #include "float_mode.h"
 #include "forward.h"
 #include "forward_probability.h"
@@ -143,8 +144,13 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
         const int64_t lo = prob.lo(g), hi = prob.lo(g + 1);
         int64_t m = 0, n = 0;
         su.extents(prob.pairs[lo], m, n);
-        if (hi - lo == 1 && !p.affine && !p.gap_open.data && n >= 4 * simd::W)
-          // A lone long pair: its column blocks on the lanes.
+        // A lone long pair: its column blocks on the lanes (affine gaps: when
+        // its training state fits; linear gaps: a constant gap).
+        const bool lone_long = hi - lo == 1 && n >= 4 * simd::W;
+        if (lone_long && p.affine &&
+            (!out.hidden || simd::affine_long_pair_state_fits(su, prob.pairs[lo])))
+          simd::probability_affine_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
+        else if (lone_long && !p.affine && !p.gap_open.data)
           simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
         else
           simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo),

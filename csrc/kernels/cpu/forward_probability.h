@@ -106,8 +106,11 @@ struct ProbabilityRows {
   float* h;              // with state: H = log2 Z of row i (kernel units; affine: C)
   float* h_u;            // with state, affine gaps: U and L of row i
   float* h_l;
-  // Linear gaps: each lane's left neighbour Z[i, 0] and diagonal Z[i-1, 0]
-  // with their exponents (W entries each); nullptr: the boundary (1).
+  // A lone pair on column blocks (a lane's block starts at its col 1): each
+  // lane's left neighbour Z[i, 0] and diagonal Z[i-1, 0] with their
+  // exponents (W entries each); nullptr: the boundary (1). Affine gaps: the
+  // diagonal is C, and the left neighbour is left_b, left_l below (left_z is
+  // not read).
   const float* left_z;
   const int32_t* left_e;
   const float* diag_z;
@@ -125,6 +128,17 @@ struct ProbabilityRows {
   // Affine gaps, kKeepShares: the shares of row i's cells (start, D, U, L
   // over C; `h`: C, for "soft" seeds).
   float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
+  // Affine gaps on column blocks: each lane's left neighbour's B and L nodes
+  // (exponent left_e; nullptr: the boundary, B = 1 and L = 0), and, written
+  // at the end of the row, its B and L at col n at the last chunk's exponent
+  // (what the next block reads as its left neighbour; nullptr: not kept).
+  const float *left_b = nullptr, *left_l = nullptr;
+  float *last_b = nullptr, *last_l = nullptr;
+  // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
+  // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
+  // folded into the lanes' reductions (the caller folds a row's chunks in a
+  // group's order). nullptr: folded.
+  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
@@ -308,6 +322,13 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
     cd[k] = bl[k] = one;  // C[i-1, 0] = B[i, 0] = 1, L[i, 0] = 0, exponent 0
     ll[k] = zero;
     el[k] = ed[k] = X::splati(0);
+    if (r.left_b) {  // the block to the left (its last column)
+      bl[k] = X::load(r.left_b + k * VL);
+      ll[k] = X::load(r.left_l + k * VL);
+      el[k] = X::loadi(r.left_e + k * VL);
+      cd[k] = X::load(r.diag_z + k * VL);
+      ed[k] = X::loadi(r.diag_e + k * VL);
+    }
     best_m[k] = X::load(ln.mant + k * VL);
     best_e[k] = X::loadi(ln.expo + k * VL);
   }
@@ -396,6 +417,11 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       bl[k] = b;
       ll[k] = l;
       el[k] = o;
+      if (SOFT && r.chunk_sum) {
+        X::store(r.chunk_sum + q * W + lane, red);
+        if constexpr (STATE) X::store(r.chunk_sum_h + q * W + lane, red_h);
+        continue;
+      }
       if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
       if constexpr (STATE && SOFT) fold_chunk<VL, true>(red_h, o, h_m[k], h_e[k]);
     }
@@ -411,6 +437,10 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
     if constexpr (STATE && SOFT) {
       X::store(ln.hmant + k * VL, h_m[k]);
       X::storei(ln.hexpo + k * VL, h_e[k]);
+    }
+    if (r.last_b) {
+      X::store(r.last_b + k * VL, bl[k]);
+      X::store(r.last_l + k * VL, ll[k]);
     }
   }
 }
@@ -517,6 +547,17 @@ inline ProbabilityRowFns pick_affine_share_rows(const Problem& p) {
 struct KeptRows {
   float *h = nullptr, *h_u = nullptr, *h_l = nullptr;
   float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
+  // Affine gaps on column blocks: each lane's left neighbour's B and L nodes
+  // (exponent left_e; nullptr: the boundary, B = 1 and L = 0), and, written
+  // at the end of the row, its B and L at col n at the last chunk's exponent
+  // (what the next block reads as its left neighbour; nullptr: not kept).
+  const float *left_b = nullptr, *left_l = nullptr;
+  float *last_b = nullptr, *last_l = nullptr;
+  // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
+  // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
+  // folded into the lanes' reductions (the caller folds a row's chunks in a
+  // group's order). nullptr: folded.
+  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
 
 // The rows of a probability-domain group of up to W pairs (valid, non-empty,
@@ -701,6 +742,15 @@ class ProbabilityGroup {
   int32_t* e_ = nullptr;
 };
 
+// "soft" with state: the seeds' scale 1 / sum 2^(C - total) over a pair's
+// cells (the C the backward computes again), from the sum of Z (the total)
+// and of 2^C as kept, each as mant 2^expo (mant 0: none).
+inline float soft_seed_scale(float mant, int32_t expo, float hmant, int32_t hexpo) {
+  if (!(hmant > 0.0f && mant > 0.0f)) return 1.0f;
+  return static_cast<float>(std::exp2(
+      -(std::log2(double(hmant)) - std::log2(double(mant)) + double(hexpo - expo))));
+}
+
 // One group of up to W pairs (valid, non-empty, in range), start to finish:
 // writes score, total, argmax, and `hidden` when the forward keeps state
 // (rows_fn must then be the STATE row functions): H (linear gaps), the C, U,
@@ -798,14 +848,72 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
     if (hidden && checkpoints) {
       // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's cells
       // (the C the backward computes again), from the row passes' sum.
-      float scale = 1.0f;
-      if (su.soft_reduction && ln.hmant[l] > 0.0f && ln.mant[l] > 0.0f)
-        scale = static_cast<float>(std::exp2(
-            -(std::log2(double(ln.hmant[l])) - std::log2(double(ln.mant[l])) +
-              double(ln.hexpo[l] - ln.expo[l]))));
+      const float scale = su.soft_reduction ? soft_seed_scale(ln.mant[l], ln.expo[l], ln.hmant[l],
+                                                              ln.hexpo[l])
+                                            : 1.0f;
       ck.set_seed_scale(hid[l], scale);
+      ck.set_column_blocks(hid[l], 0);  // (its state is the row checkpoints alone)
     }
   }
+}
+
+// The sum of the lanes' values mant[l] 2^expo[l] (mant 0: none) as
+// sum 2^top, top the largest exponent (0 when there is none).
+inline double lanes_sum(const float* mant, const int32_t* expo, int64_t lanes, int32_t& top) {
+  top = 0;
+  for (int l = 0; l < lanes; ++l)
+    if (mant[l] > 0.0f) top = std::max(top, expo[l]);
+  double sum = 0.0;
+  for (int l = 0; l < lanes; ++l)
+    if (mant[l] > 0.0f) sum += std::ldexp(double(mant[l]), expo[l] - top);
+  return sum;
+}
+
+// The result (score, total, argmax) of a lone pair that ran on column
+// blocks, lane l on columns l nb + 1 .., from its lanes' reductions: with
+// state and "max", each lane's largest H and its first cell (the row kernel
+// saw step t as row t, so lane l's row is t - l); else each lane's max or sum
+// of Z, combined.
+template <typename T>
+void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLanes& ln,
+                            int64_t lanes, int64_t nb, bool state, const ForwardOutputs& out) {
+  const Problem& p = su.p;
+  const int64_t N = su.N;
+  if (state && !su.soft_reduction) {
+    // "max" with state: the largest H over the lanes, the first in row-major
+    // order among equals (each lane kept its block's first).
+    float top_h = 0.0f;
+    int64_t argmax = -1;
+    for (int l = 0; l < lanes; ++l) {
+      if (ln.bi[l] <= 0) continue;
+      const int64_t k = (int64_t(ln.bi[l]) - l - 1) * N + l * nb + (ln.bj[l] - 1);
+      if (ln.best[l] > top_h || (ln.best[l] == top_h && argmax >= 0 && k < argmax)) {
+        top_h = ln.best[l];
+        argmax = k;
+      }
+    }
+    PairTotal<float> tot;
+    tot.base = top_h;
+    tot.store(static_cast<float*>(out.total), b);
+    st(static_cast<T*>(out.score), b, tot.value() * su.unit);
+    out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
+    return;
+  }
+  // The lanes' reductions combined.
+  int32_t top = 0;
+  const double sum = lanes_sum(ln.mant, ln.expo, lanes, top);
+  double best = 0.0;
+  for (int l = 0; l < lanes; ++l)
+    if (ln.mant[l] > 0.0f) best = std::max(best, std::ldexp(double(ln.mant[l]), ln.expo[l] - top));
+  const float mant = static_cast<float>(su.soft_reduction ? sum : best);
+  PairTotal<float> tot;
+  if (mant > 0.0f) {
+    tot.base = static_cast<float>(top);
+    tot.log2sum = CpuMath::log2(mant);
+  }
+  tot.store(static_cast<float*>(out.total), b);
+  st(static_cast<T*>(out.score), b, tot.value() * su.unit);
+  out.argmax[b] = -1;
 }
 
 // One long pair (linear gaps, constant gap), its columns cut into up to W
@@ -903,47 +1011,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
     std::swap(z_up, z);
     std::swap(e_up, e);
   }
-  if (hid && !su.soft_reduction) {
-    // "max" with state: the largest H over the lanes, the first in row-major
-    // order among equals (each lane kept its block's first).
-    float top_h = 0.0f;
-    int64_t argmax = -1;
-    for (int l = 0; l < lanes; ++l) {
-      if (ln.bi[l] <= 0) continue;
-      const int64_t k = (int64_t(ln.bi[l]) - l - 1) * N + l * nb + (ln.bj[l] - 1);
-      if (ln.best[l] > top_h || (ln.best[l] == top_h && argmax >= 0 && k < argmax)) {
-        top_h = ln.best[l];
-        argmax = k;
-      }
-    }
-    PairTotal<float> tot;
-    tot.base = top_h;
-    tot.store(static_cast<float*>(out.total), b);
-    st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-    out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
-    return;
-  }
-  // The lanes' reductions combined.
-  double best = 0.0, sum = 0.0;
-  int32_t top = 0;
-  for (int l = 0; l < lanes; ++l)
-    if (ln.mant[l] > 0.0f) top = std::max(top, ln.expo[l]);
-  float mant = 0.0f;
-  for (int l = 0; l < lanes; ++l) {
-    if (!(ln.mant[l] > 0.0f)) continue;
-    const double v = std::ldexp(double(ln.mant[l]), ln.expo[l] - top);
-    best = std::max(best, v);
-    sum += v;
-  }
-  mant = static_cast<float>(su.soft_reduction ? sum : best);
-  PairTotal<float> tot;
-  if (mant > 0.0f) {
-    tot.base = static_cast<float>(top);
-    tot.log2sum = CpuMath::log2(mant);
-  }
-  tot.store(static_cast<float*>(out.total), b);
-  st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-  out.argmax[b] = -1;
+  store_long_pair_result(su, b, ln, lanes, nb, hid != nullptr, out);
 }
 
 }  // namespace softsw::cpu::simd

@@ -57,6 +57,13 @@ struct AffineReverseRows {
   float *grad_s, *grad_o, *grad_e;  // grad_o, grad_e: nullptr when not wanted
   bool derive, sweep;
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
+  // A lone pair on column blocks (affine_long_pair.h): per lane, the messages
+  // from the block to the right, into B and L of the row's last column and
+  // the one pending into C of the row above it; and the lane's own messages
+  // into B and L of the column left of its first. nullptr: none (the row's
+  // right border).
+  const float *right_b_in = nullptr, *right_l_in = nullptr, *pend_c_in = nullptr;
+  float *right_b_out = nullptr, *right_l_out = nullptr;
 };
 
 // Constant gaps: their weights 2^open, 2^extend (kernel units).
@@ -95,6 +102,11 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
     scale[k] = X::load(ln.scale + k * VL);
     gs[k] = X::load(ln.grad + k * VL);
     right_b[k] = right_l[k] = pend_c[k] = zero;
+    if (r.right_b_in) {
+      right_b[k] = X::load(r.right_b_in + k * VL);
+      right_l[k] = X::load(r.right_l_in + k * VL);
+      pend_c[k] = X::load(r.pend_c_in + k * VL);
+    }
   }
   const Fl open_w = gap.open, extend_w = gap.extend;
   const AffineShares<Fl> border = AffineShares<Fl>::boundary();
@@ -152,7 +164,13 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
     }
   }
   if (r.sweep)
-    for (int k = 0; k < K; ++k) X::store(r.out_c + k * VL, pend_c[k]);
+    for (int k = 0; k < K; ++k) {
+      X::store(r.out_c + k * VL, pend_c[k]);
+      if (r.right_b_out) {
+        X::store(r.right_b_out + k * VL, right_b[k]);
+        X::store(r.right_l_out + k * VL, right_l[k]);
+      }
+    }
 }
 
 using AffineReverseRowFn = void (*)(const AffineReverseRows&, AffineGapWeights, int32_t, int32_t,
@@ -206,6 +224,77 @@ inline AffineReverseRowFns pick_reverse_affine_rows(bool soft, bool gap_tensor) 
   return gap_tensor ? pick_reverse_affine_rows<false, true>()
                     : pick_reverse_affine_rows<false, false>();
 }
+
+// The lane-interleaved rows of an affine reverse pass, `stride` floats each:
+// two sets of shares (row i and the row above, swapped after every row), gap
+// scores, messages into row i and out of it (swapped likewise), and the
+// gradients of row i.
+struct AffineReverseBuffers {
+  static constexpr int kRows = 2 * 5 + 2 + 6 + 3;
+  AffineShareRows here{}, up{};
+  float *open = nullptr, *extend = nullptr;
+  float *in_c = nullptr, *in_a = nullptr, *in_u = nullptr;
+  float *out_c = nullptr, *out_a = nullptr, *out_u = nullptr;
+  float *os = nullptr, *oo = nullptr, *oe = nullptr;
+
+  // Lays the rows out from `base` (kRows * stride floats, zero), col 0 of
+  // the shares the boundary's; returns where they end.
+  float* bind(float* base, int64_t stride) {
+    float* next = base;
+    auto take = [&]() {
+      float* a = next;
+      next += stride;
+      return a;
+    };
+    for (AffineShareRows* s : {&here, &up}) {
+      *s = AffineShareRows{take(), take(), take(), take(), take()};
+      std::fill(s->start, s->start + W, 1.0f);
+    }
+    open = take();
+    extend = take();
+    in_c = take();
+    in_a = take();
+    in_u = take();
+    out_c = take();
+    out_a = take();
+    out_u = take();
+    os = take();
+    oo = take();
+    oe = take();
+    return next;
+  }
+
+  // One call of the row function: row i - 1's shares `given` (derive), row
+  // i's pass (sweep); the gradients of the gaps when wanted.
+  AffineReverseRows rows(const AffineShareRows& given, bool derive, bool sweep,
+                         RowPrefetcher* prefetch, bool grad_o, bool grad_e) const {
+    AffineReverseRows r{};
+    r.given = given;
+    r.here = here;
+    r.up = up;
+    r.open = open;
+    r.extend = extend;
+    r.in_c = in_c;
+    r.in_a = in_a;
+    r.in_u = in_u;
+    r.out_c = out_c;
+    r.out_a = out_a;
+    r.out_u = out_u;
+    r.grad_s = os;
+    r.grad_o = grad_o ? oo : nullptr;
+    r.grad_e = grad_e ? oe : nullptr;
+    r.derive = derive;
+    r.sweep = sweep;
+    r.prefetch = prefetch;
+    return r;
+  }
+  void next_shares() { std::swap(here, up); }
+  void next_messages() {
+    std::swap(in_c, out_c);
+    std::swap(in_a, out_a);
+    std::swap(in_u, out_u);
+  }
+};
 
 // The forward run again over the pairs of a reverse group (their regions'
 // rows, whole chunks of their columns: bit for bit the training forward's),
@@ -334,63 +423,33 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
       gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
   AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
-  // Lane-interleaved rows: two sets of shares (5 each), gap scores (2),
-  // messages in and out (3 each), gradients (3); then the forward's.
+  // The pass's rows, then the forward's.
   const int64_t stride = (ng + 1) * W;
-  constexpr int kRows = 2 * 5 + 2 + 6 + 3;
-  mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 32), 0.0f);
+  mem.assign(static_cast<size_t>(AffineReverseBuffers::kRows * stride + blocks.floats() + 32), 0.0f);
   float* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float* next = base;
-  auto take = [&]() {
-    float* a = next;
-    next += stride;
-    return a;
-  };
-  AffineShareRows here{take(), take(), take(), take(), take()};
-  AffineShareRows up{take(), take(), take(), take(), take()};
-  float *open = take(), *extend = take();
-  float *in_c = take(), *in_a = take(), *in_u = take();
-  float *out_c = take(), *out_a = take(), *out_u = take();
-  float *os = take(), *oo = take(), *oe = take();
-  for (const AffineShareRows& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+  AffineReverseBuffers buf;
+  float* next = buf.bind(base, stride);
   while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
   blocks.bind(next);
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   // Row r - 1's shares, to mask and pass on.
   auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
-    AffineReverseRows rows{};
-    rows.prefetch = next;
-    rows.derive = r >= 2;
-    rows.sweep = sweep;
-    if (rows.derive) rows.given = blocks.row(r - 1);
-    rows.here = here;
-    rows.up = up;
-    rows.open = open;
-    rows.extend = extend;
-    rows.in_c = in_c;
-    rows.in_a = in_a;
-    rows.in_u = in_u;
-    rows.out_c = out_c;
-    rows.out_a = out_a;
-    rows.out_u = out_u;
-    rows.grad_s = os;
-    rows.grad_o = grad_o ? oo : nullptr;
-    rows.grad_e = grad_e ? oe : nullptr;
-    return rows;
+    return buf.rows(r >= 2 ? blocks.row(r - 1) : AffineShareRows{}, r >= 2, sweep, next,
+                    grad_o != nullptr, grad_e != nullptr);
   };
   // The shares of row mg first, then each row's pass from the last up.
   RowPrefetcher none;
   row(rows_for(mg + 1, false, &none), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(mg + 1), ln);
   for (int64_t i = mg; i >= 1; --i) {
-    std::swap(here, up);
+    buf.next_shares();
     if (gap_tensor)
       for (int l = 0; l < count; ++l) {
         if (i > pairs[l].mr) continue;
         for (int64_t j = 0; j < lane_nr[l]; ++j) {
-          open[j * W + l] = go[l].at(i, j + 1);
-          extend[j * W + l] = ge[l].at(i, j + 1);
+          buf.open[j * W + l] = go[l].at(i, j + 1);
+          buf.extend[j * W + l] = ge[l].at(i, j + 1);
         }
       }
     // The rows the next row's pass writes (row i - 1's gradients), spread
@@ -402,12 +461,10 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
           if (g) next.add(g + pairs[l].b * MN + (i - 2) * N);
     next.pace(ng, ng);
     row(rows_for(i, true, &next), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    scatter_row(su, pairs, count, i, lane_nr, os, grad_s);
-    scatter_row(su, pairs, count, i, lane_nr, oo, grad_o);
-    scatter_row(su, pairs, count, i, lane_nr, oe, grad_e);
-    std::swap(in_c, out_c);
-    std::swap(in_a, out_a);
-    std::swap(in_u, out_u);
+    scatter_row(su, pairs, count, i, lane_nr, buf.os, grad_s);
+    scatter_row(su, pairs, count, i, lane_nr, buf.oo, grad_o);
+    scatter_row(su, pairs, count, i, lane_nr, buf.oe, grad_e);
+    buf.next_messages();
   }
 }
 

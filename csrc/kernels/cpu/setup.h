@@ -25,7 +25,10 @@
 // Cells outside a pair's (m, n) hold 0. An affine pair that the SIMD
 // probability-domain forward ran (T > 0, float accumulate, inside the range
 // rule) keeps checkpoints in its slice instead (checkpoints.h): its backward
-// and double backward run the forward again from them. The backward passes recompute
+// and double backward run the forward again from them; a lone long pair that
+// the forward ran on column blocks also keeps the wavefront's own checkpoints
+// there (affine_long_pair.h), from which its backward runs on column blocks
+// again. The backward passes recompute
 // D = C[i-1,j-1] + S, A = softmax_T(0, D, L) (the C' that U[i+1,j] opens from)
 // and B = softmax_T(0, D, U) (the C' that L[i,j+1] opens from) from C, U, L,
 // with the same arithmetic as the forward, so hard-mode ties are bit-exact.
@@ -56,14 +59,17 @@
 // passes off):
 //   forward, T > 0, a pair inside the range rule of probability.h (linear
 //     or affine gaps, constant or per-cell): the probability domain
-//     (forward_probability.h; a lone long pair on column blocks);
+//     (forward_probability.h; a lone long pair on column blocks: linear gaps
+//     with a constant gap there, affine gaps in affine_long_pair.h when its
+//     training state fits in its slice);
 //   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
 //     domain (forward_simd.h);
 //   backward, linear gaps, T > 0: reverse_simd.h (a lone long pair: its
 //     region's column blocks on the lanes);
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
 //     per-cell gaps): the shares of the forward run again from its
-//     checkpoints (reverse_affine_simd.h);
+//     checkpoints (reverse_affine_simd.h; a lone long pair whose forward ran
+//     on column blocks: on them again, affine_long_pair.h);
 //   double backward, linear gaps, T > 0: double_backward_simd.h;
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
 //     affine_double_backward_simd.h, on the same shares.
@@ -83,7 +89,7 @@
 // of recurrence.h on the CPU's exp2), simd.h (vector arithmetic, run-time ISA
 // choice, rows to and from the lanes), forward.h / forward_simd.h /
 // forward_probability.h / checkpoints.h / reverse.h / reverse_simd.h /
-// reverse_affine_simd.h / double_backward_simd.h /
+// reverse_affine_simd.h / affine_long_pair.h / double_backward_simd.h /
 // affine_double_backward_simd.h / row_weights.h / affine_row_weights.h (the
 // passes), float_mode.h, and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
