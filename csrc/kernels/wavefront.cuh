@@ -235,19 +235,22 @@ inline bool runs_probability_forward(const Problem& p) {
 template <typename A, bool AFFINE>
 constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 
-// Rows per lane of the probability-domain forward without state: one, or in
-// float two or four with SOFTSW_PROBABILITY_ROWS=2 or 4. More rows share the
-// step's per-lane work (shuffles, band edges, the 8-step check and
-// renormalisation) among more cells: in the unchecked chunks about 25
-// instructions a cell at one row, 18 at two, 14 at four (sm_90 SASS); and a
-// tall pair has fewer bands. But the staging grows with the rows: 3 blocks
-// per SM at two rows, 1 at four. (Not yet measured on a GPU.) Double keeps
-// one row. A forward with state runs one: every pass over the state follows
-// its band layout.
+// Rows per lane of the probability-domain forward without state: two in
+// float, one in double (two staging slots of 64 rows of doubles would leave
+// one block per SM); SOFTSW_PROBABILITY_ROWS=1 or 4 forces one or four in
+// float (for benchmarks of the choice). More rows share the step's per-lane
+// work (shuffles, band edges, the group check and renormalisation) among
+// more cells: in the unchecked chunks about 25 instructions a cell at one
+// row, 14 at two (with 16-step groups), 14 at four (sm_90 SASS); and a tall
+// pair has fewer bands. The staging grows with the rows (3 blocks per SM at
+// two rows, 1 at four). Measured on the H200 (fp32, 2026-12-05): two rows
+// 13-26 % faster than one at 128 to 16384 rows, four slower than one. A
+// forward with state runs one: every pass over the state follows its band
+// layout.
 inline int probability_inference_rows(const Problem& p) {
   static const int rows = [] {
     const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
-    return e && (e[0] == '2' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 1;
+    return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 2;
   }();
   return accumulates_in_double(p.dtype) ? 1 : rows;
 }
