@@ -32,8 +32,8 @@
 // Two ways to apply it, both exact: the CPU kernels check the bound on a
 // pair's scores before they start and run the pair in one domain; the CUDA
 // forward (forward_probability.cu), which cannot afford a pass over the
-// scores first, keeps the gap bound, computes a group of steps (8 or 16),
-// checks that every value
+// scores first, keeps the gap bound, computes a group of steps (8), checks
+// that every value
 // is finite and otherwise undoes them and continues in the log domain. A
 // weight below the bound only loses what is negligible (see above), so
 // overflow is the one thing to detect there. The two may therefore choose

@@ -241,10 +241,10 @@ constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 // float (for benchmarks of the choice). More rows share the step's per-lane
 // work (shuffles, band edges, the group check and renormalisation) among
 // more cells: in the unchecked chunks about 25 instructions a cell at one
-// row, 14 at two (with 16-step groups), 14 at four (sm_90 SASS); and a tall
-// pair has fewer bands. The staging grows with the rows (3 blocks per SM at
-// two rows, 1 at four). Measured on the H200 (fp32, 2026-12-05): two rows
-// 13-26 % faster than one at 128 to 16384 rows, four slower than one. A
+// row, 18 at two, 14 at four (sm_90 SASS); and a tall pair has fewer bands.
+// The staging grows with the rows (3 blocks per SM at two rows, 1 at four).
+// Measured on the H200 (fp32, 2026-12-05): two rows 7-18 % faster than one
+// at 128 to 16384 rows, four slower than one. A
 // forward with state runs one: every pass over the state follows its band
 // layout.
 inline int probability_inference_rows(const Problem& p) {
