@@ -25,7 +25,7 @@ if ! nm -D src/softsw/_C*.so | grep " U __asan_" > /dev/null; then
 fi
 if [[ $# -eq 0 ]]; then
   set -- tests/test_cpu_double_backward.py tests/test_cpu_affine_hard.py tests/test_cpu_checkpoints.py \
-    tests/test_cpu_probability_domain.py tests/test_cpu_affine_backward.py \
+    tests/test_cpu_probability_domain.py tests/test_cpu_affine_backward.py tests/test_cpu_long_pair_affine.py \
     tests/test_float_mode.py tests/test_batching.py
 fi
 LD_PRELOAD="$LIBASAN" ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 PYTHONPATH="$WORK/src" \
