@@ -76,20 +76,30 @@ Groups make_groups(const Setup<T>& su, std::vector<int64_t> pairs, double work) 
   return g;
 }
 
+// The rows of the probability-domain groups: the float ones in `lanes`, the
+// float64 ones in `double_lanes`.
+template <typename A>
+std::vector<A>& group_rows(Scratch<A>& sc) {
+  if constexpr (std::is_same_v<A, float>) return sc.lanes;
+  else return sc.double_lanes;
+}
+
 // The plan: pairs that are empty or invalid get their result at once; at
-// T > 0 with a float accumulator, the pairs the range rule admits run in the
-// probability domain
-// (forward_probability.h); the other linear-gap float pairs, and in hard
-// mode (T = 0) the affine-gap float pairs, on the SIMD log-domain forward
-// (forward_simd.h); the rest on the scalar passes.
+// T > 0, the pairs the range rule of their accumulate type admits run in the
+// probability domain (forward_probability.h; float64 pairs too, keeping the
+// log-domain state, H or the C, U, L planes, that the scalar backward reads);
+// the other linear-gap float pairs, and in hard mode (T = 0) the affine-gap
+// float pairs, on the SIMD log-domain forward (forward_simd.h); the rest on
+// the scalar passes.
 template <typename T>
 void forward_impl(const Problem& p, const ForwardOutputs& out) {
   using A = Acc<T>;
   const Setup<T> su(p);
   const FlushSubnormals mode(!su.hard);
   constexpr bool kFloat = std::is_same_v<A, float>;
-  const bool vector = SOFTSW_CPU_VECTOR && kFloat && su.M < (int64_t(1) << 30) &&
-                      su.N < (int64_t(1) << 30) && simd::isa_level() >= 0;
+  const bool simd_passes = SOFTSW_CPU_VECTOR && su.M < (int64_t(1) << 30) &&
+                    su.N < (int64_t(1) << 30) && simd::isa_level() >= 0;
+  const bool vector = simd_passes && kFloat;  // the float-only SIMD passes
   // Affine pairs in the probability domain keep a few rows (checkpoints.h),
   // in a state mostly never touched: a huge page would fault in all of it.
   if (out.hidden && !(vector && p.affine && !su.hard))
@@ -115,12 +125,12 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
   }
   if (pairs.empty()) return;
   std::vector<int64_t> scaled;
-  if (vector && !su.hard) {
+  if (simd_passes && !su.hard) {
     std::vector<char> in_range(pairs.size(), 0);
     parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
       int64_t m = 0, n = 0;
       su.extents(pairs[k], m, n);
-      in_range[k] = in_probability_range(su, pairs[k], m, n);
+      in_range[k] = fits_probability_range(su, pairs[k], m, n);
     });
     std::vector<int64_t> rest;
     for (size_t k = 0; k < pairs.size(); ++k) (in_range[k] ? scaled : rest).push_back(pairs[k]);
@@ -132,32 +142,37 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
   const Groups logd = log_groups ? make_groups(su, std::move(pairs), work) : Groups{};
   const int64_t singles = log_groups ? 0 : static_cast<int64_t>(pairs.size());
 #if SOFTSW_CPU_VECTOR
-  const simd::ProbabilityRowFns prob_rows = simd::pick_probability_rows(p, out.hidden != nullptr);
+  const simd::ProbabilityRowFnsOf<A> prob_rows =
+      simd::pick_probability_rows<A>(p, out.hidden != nullptr);
   simd::LogRowFns log_rows;
   if (p.affine) log_rows.affine = simd::pick_affine_hard_row();
   else log_rows.linear = simd::pick_row(su.hard, su.soft_reduction);
 #endif
   parallel_for<Scratch<A>>(prob.count + logd.count + singles, work, [&](int64_t g, Scratch<A>& sc) {
 #if SOFTSW_CPU_VECTOR
-    if constexpr (kFloat) {
-      if (g < prob.count) {
-        const int64_t lo = prob.lo(g), hi = prob.lo(g + 1);
-        int64_t m = 0, n = 0;
-        su.extents(prob.pairs[lo], m, n);
-        // A lone long pair: its column blocks on the lanes (affine gaps: when
-        // its training state fits; linear gaps: a constant gap).
-        const bool lone_long = hi - lo == 1 && n >= 4 * simd::W;
+    if (g < prob.count) {
+      const int64_t lo = prob.lo(g), hi = prob.lo(g + 1);
+      int64_t m = 0, n = 0;
+      su.extents(prob.pairs[lo], m, n);
+      // A lone long pair: its column blocks on the lanes (affine gaps, float:
+      // when its training state fits; linear gaps: a constant gap).
+      const bool lone_long = hi - lo == 1 && n >= 4 * simd::W;
+      if constexpr (kFloat) {
         if (lone_long && p.affine &&
-            (!out.hidden || simd::affine_long_pair_state_fits(su, prob.pairs[lo])))
+            (!out.hidden || simd::affine_long_pair_state_fits(su, prob.pairs[lo]))) {
           simd::probability_affine_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
-        else if (lone_long && !p.affine && !p.gap_open.data)
-          simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, sc.lanes);
-        else
-          simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo),
-                                     prob_rows, out, sc.lanes, /*checkpoints=*/p.affine);
-        return;
+          return;
+        }
       }
-      g -= prob.count;
+      if (lone_long && !p.affine && !p.gap_open.data)
+        simd::probability_long_pair<T>(su, prob.pairs[lo], prob_rows, out, group_rows(sc));
+      else  // (affine float pairs keep checkpoints, float64 pairs the C, U, L planes)
+        simd::probability_group<T>(su, prob.pairs.data() + lo, static_cast<int>(hi - lo),
+                                   prob_rows, out, group_rows(sc), /*checkpoints=*/p.affine);
+      return;
+    }
+    g -= prob.count;
+    if constexpr (kFloat) {
       if (g < logd.count) {
         const int64_t lo = logd.lo(g), hi = logd.lo(g + 1);
         if (hi - lo > 1)

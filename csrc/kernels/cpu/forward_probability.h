@@ -1,8 +1,10 @@
-// The SIMD linear-gap forward in the probability domain (probability.h), for
-// inference (no state kept) at T > 0 with a float accumulator: one lane per
-// pair, groups of W = 16 pairs, one row at a time, as forward_simd.h, but the
-// cell is probability_cell on Z = 2^H: one exp2 (the weight of the score)
-// and three adds / multiplies instead of three exp2 and a log2.
+// The SIMD forward in the probability domain (probability.h) at T > 0, linear
+// and affine gaps, inference and training (state kept), templated on the
+// accumulate type A (float: float32, float16, bfloat16; double: float64, its
+// own range rule and exp2 / log2, simd.h): one lane per pair, groups of W =
+// 16 pairs, one row at a time, as forward_simd.h, but the cell is
+// probability_cell on Z = 2^H: one exp2 (the weight of the score) and three
+// adds / multiplies instead of three exp2 and a log2.
 //
 // Scaling. Each row is cut into chunks of kRenormSteps columns; a chunk keeps
 // its values as z = Z 2^-o with one exponent o per lane, chosen before the
@@ -34,14 +36,15 @@
 namespace softsw::cpu {
 
 // Whether every gap score of pair b (extents m, n) is within the range
-// rule's bound (kernel units); NaN is out of range.
+// rule's bound (kernel units) of its accumulate type; NaN is out of range.
 template <typename T>
 bool gaps_in_probability_range(const Setup<T>& su, const GapScores& gaps, int64_t b, int64_t m,
                                int64_t n) {
-  using Range = ProbabilityRange<float>;
+  using A = Acc<T>;
+  using Range = ProbabilityRange<A>;
   if (gaps.data == nullptr) return Range::gap_ok(gaps.value * su.beta);
   const GapView<T> g = su.gap(gaps, b);
-  const float gap_limit = static_cast<float>(Range::kMaxLog2Weight);
+  const A gap_limit = static_cast<A>(Range::kMaxLog2Weight);
   for (int64_t i = 1; i <= m; ++i) {
     unsigned out = 0;  // branch-free: the loop vectorises
     if (const T* row = g.row(i)) {
@@ -54,16 +57,18 @@ bool gaps_in_probability_range(const Setup<T>& su, const GapScores& gaps, int64_
   return true;
 }
 
-// Whether pair b (extents m, n) may run in the probability domain: every
-// score and gap in kernel units within ProbabilityRange<float>'s bound
-// (constant or per-cell gaps, linear or affine).
+// Whether pair b (extents m, n) fits the probability domain of its
+// accumulate type: T > 0, every score and gap in kernel units within
+// ProbabilityRange<Acc<T>>'s bound (constant or per-cell gaps, linear or
+// affine).
 template <typename T>
-bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
-  using Range = ProbabilityRange<float>;
-  if (su.hard || !std::is_same_v<Acc<T>, float>) return false;
+bool fits_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
+  using A = Acc<T>;
+  using Range = ProbabilityRange<A>;
+  if (su.hard) return false;
   const Problem& p = su.p;
   // As the CUDA kernels compare: in the accumulate type, NaN out of range.
-  const float limit = static_cast<float>(Range::score_limit(su.beta));
+  const A limit = static_cast<A>(Range::score_limit(su.beta));
   const T* S = static_cast<const T*>(p.scores) + b * su.MN;
   for (int64_t i = 0; i < m; ++i) {
     const T* row = S + i * su.N;
@@ -75,87 +80,106 @@ bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
          (!p.affine || gaps_in_probability_range(su, p.gap_extend, b, m, n));
 }
 
+// Whether the float passes run pair b in the probability domain (the
+// forward, and the affine backward from its checkpoints, checkpoints.h):
+// a float accumulator and fits_probability_range. (A float64 pair that fits
+// runs its forward there too, but keeps the log-domain state the scalar
+// backward reads: forward.cpp.)
+template <typename T>
+bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
+  return std::is_same_v<Acc<T>, float> && fits_probability_range(su, b, m, n);
+}
+
 }  // namespace softsw::cpu
 
 #if SOFTSW_CPU_VECTOR
 namespace softsw::cpu::simd {
 
-// Per-lane state of a probability-domain group.
-struct alignas(64) ProbabilityLanes {
-  float mant[W];   // the reduction ("max": largest Z, "soft": sum of Z) ...
-  int32_t expo[W]; // ... as mant * 2^expo, mant in [1, 2) (0: nothing yet)
-  float best[W];   // with state, "max": the largest H = log2 Z ...
-  int32_t bi[W];   // ... and its first cell (i, j) in row-major order; -1: none
-  int32_t bj[W];
-  float hmant[W];  // with state, affine "soft": the sum of 2^C as C was
-  int32_t hexpo[W];  // rounded to the state (the seeds' scale), likewise
-  int32_t m[W];    // lane extents (0 for an unused lane)
-  int32_t n[W];
+// Per-lane state of a probability-domain group, accumulate type A (float or
+// double); integers as wide as A's lanes (IntOf).
+template <typename A>
+struct alignas(64) ProbabilityLanesOf {
+  using Int = IntOf<A>;
+  A mant[W];     // the reduction ("max": largest Z, "soft": sum of Z) ...
+  Int expo[W];   // ... as mant * 2^expo, mant in [1, 2) (0: nothing yet)
+  A best[W];     // with state, "max": the largest H = log2 Z ...
+  Int bi[W];     // ... and its first cell (i, j) in row-major order; -1: none
+  Int bj[W];
+  A hmant[W];    // with state, affine "soft": the sum of 2^C as C was
+  Int hexpo[W];  // rounded to the state (the seeds' scale), likewise
+  Int m[W];      // lane extents (0 for an unused lane)
+  Int n[W];
 };
+using ProbabilityLanes = ProbabilityLanesOf<float>;
 
 // One row of a group: lane-interleaved buffers, col j at j * W (col 0
 // unused), chunk q's exponent at q * W; scores and gap scores in kernel units
 // at (j - 1) * W.
-struct ProbabilityRows {
-  const float* s;
-  const float* g;        // nullptr: the constant gap
-  const float* z_up;     // row i - 1 (affine: C)
-  const int32_t* e_up;
-  float* z;              // row i
-  int32_t* e;
-  float* h;              // with state: H = log2 Z of row i (kernel units; affine: C)
-  float* h_u;            // with state, affine gaps: U and L of row i
-  float* h_l;
+template <typename A>
+struct ProbabilityRowsOf {
+  using Int = IntOf<A>;
+  const A* s;
+  const A* g;        // nullptr: the constant gap
+  const A* z_up;     // row i - 1 (affine: C)
+  const Int* e_up;
+  A* z;              // row i
+  Int* e;
+  A* h;              // with state: H = log2 Z of row i (kernel units; affine: C)
+  A* h_u;            // with state, affine gaps: U and L of row i
+  A* h_l;
   // A lone pair on column blocks (a lane's block starts at its col 1): each
   // lane's left neighbour Z[i, 0] and diagonal Z[i-1, 0] with their
   // exponents (W entries each); nullptr: the boundary (1). Affine gaps: the
   // diagonal is C, and the left neighbour is left_b, left_l below (left_z is
   // not read).
-  const float* left_z;
-  const int32_t* left_e;
-  const float* diag_z;
-  const int32_t* diag_e;
+  const A* left_z;
+  const Int* left_e;
+  const A* diag_z;
+  const Int* diag_e;
   // Affine gaps: the A and U nodes of row i - 1 and of row i (scaled as z).
-  const float* a_up;
-  const float* u_up;
-  float* a;
-  float* u;
+  const A* a_up;
+  const A* u_up;
+  A* a;
+  A* u;
   // The next row's inputs and outputs, one step per column (nullptr: none).
   RowPrefetcher* prefetch = nullptr;
   // Affine gaps with per-cell gap scores: the extend scores (`g`: the open
   // scores), kernel units at (j - 1) * W, -inf past a lane's pair.
-  const float* g_ext = nullptr;
+  const A* g_ext = nullptr;
   // Affine gaps, kKeepShares: the shares of row i's cells (start, D, U, L
   // over C; `h`: C, for "soft" seeds).
-  float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
+  A *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
   // Affine gaps on column blocks: each lane's left neighbour's B and L nodes
   // (exponent left_e; nullptr: the boundary, B = 1 and L = 0), and, written
   // at the end of the row, its B and L at col n at the last chunk's exponent
   // (what the next block reads as its left neighbour; nullptr: not kept).
-  const float *left_b = nullptr, *left_l = nullptr;
-  float *last_b = nullptr, *last_l = nullptr;
+  const A *left_b = nullptr, *left_l = nullptr;
+  A *last_b = nullptr, *last_l = nullptr;
   // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
   // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
   // folded into the lanes' reductions (the caller folds a row's chunks in a
   // group's order). nullptr: folded.
-  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
+  A *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
+using ProbabilityRows = ProbabilityRowsOf<float>;
 
 // The constant gap weights' exponents (kernel units): open (linear: the gap)
 // and extend.
-struct ProbabilityGaps {
-  float open, extend;
+template <typename A>
+struct ProbabilityGapsOf {
+  A open, extend;
 };
+using ProbabilityGaps = ProbabilityGapsOf<float>;
 
 // A chunk's max or sum `red` (exponent o) folded into a lane's reduction
 // best_m * 2^best_e (best_m in [1, 2), or 0 before the first cell).
-template <int VL, bool SOFT>
-SOFTSW_VINLINE void fold_chunk(typename V<VL>::F red, typename V<VL>::I o,
-                               typename V<VL>::F& best_m, typename V<VL>::I& best_e) {
-  using X = V<VL>;
+template <int VL, bool SOFT, typename A = float>
+SOFTSW_VINLINE void fold_chunk(typename Vec<A, VL>::F red, typename Vec<A, VL>::I o,
+                               typename Vec<A, VL>::F& best_m, typename Vec<A, VL>::I& best_e) {
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
-  const F zero = X::splat(0.0f);
+  const F zero = X::splat(A(0));
   const I has = red > zero;
   const F rm = X::sel(has, X::mantissa(red), zero);
   const I re = X::seli(has, X::exponent(red) + o, best_e);
@@ -174,11 +198,11 @@ SOFTSW_VINLINE void fold_chunk(typename V<VL>::F red, typename V<VL>::I o,
 
 // H = log2 of a scaled value z 2^o; -inf where z flushed to zero (a U or L
 // node far below its chunk, whose weights are then zero to rounding anyway).
-template <int VL>
-SOFTSW_VINLINE typename V<VL>::F log2_scaled(typename V<VL>::F z, typename V<VL>::I o) {
-  using X = V<VL>;
-  return X::sel(z > X::splat(0.0f), X::log2(z) + __builtin_convertvector(o, typename X::F),
-                X::splat(-kInf<float>));
+template <int VL, typename A = float>
+SOFTSW_VINLINE typename Vec<A, VL>::F log2_scaled(typename Vec<A, VL>::F z,
+                                                  typename Vec<A, VL>::I o) {
+  using X = Vec<A, VL>;
+  return X::sel(z > X::splat(A(0)), X::log2(z) + X::to_float(o), X::splat(-kInf<A>));
 }
 
 // What a row keeps besides the values the next row reads: nothing
@@ -192,15 +216,15 @@ enum RowKeeps { kKeepNothing = 0, kKeepLogs = 1, kKeepShares = 2 };
 // group's extents) the idle lanes compute garbage that nobody reads. STATE
 // (a training forward): also H = log2 Z of every cell, and for "max" the
 // largest H and its first cell, as the log-domain forward keeps them.
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE, int LANES = W>
-SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
-                                         int32_t n, int32_t i, ProbabilityLanes& ln) {
-  using X = V<VL>;
+template <typename A, int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, bool STATE, int LANES = W>
+SOFTSW_VINLINE void probability_row_body(const ProbabilityRowsOf<A>& r, ProbabilityGapsOf<A> gap,
+                                         int32_t n, int32_t i, ProbabilityLanesOf<A>& ln) {
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
   constexpr int K = LANES / VL;
-  constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
-  const F zero = X::splat(0.0f), one = X::splat(1.0f);
+  constexpr int32_t C = ProbabilityRange<A>::kRenormSteps;
+  const F zero = X::splat(A(0)), one = X::splat(A(1));
   const F c_const = X::exp2(X::splat(gap.open));
   I rowok[K], nl[K], el[K], ed[K], best_e[K], bi[K], bj[K];
   F zl[K], zd[K], best_m[K], best_h[K];
@@ -235,7 +259,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
       I o = X::imax(eu + X::exponent(mu), X::imax(ed[k] + X::exponent(zd[k]), el[k] + X::exponent(zl[k])));
       o = X::imax(o, X::splati(0));
       const F fu = X::pow2(eu - o), start = X::pow2(-o);
-      Floats<VL> diag = zd[k] * X::pow2(ed[k] - o), left = zl[k] * X::pow2(el[k] - o);
+      Packed<A, VL> diag = zd[k] * X::pow2(ed[k] - o), left = zl[k] * X::pow2(el[k] - o);
       F red = zero;  // the chunk's max or sum over the lane's cells
       for (int32_t j = j0; j <= j1; ++j) {
         const F up = X::load(r.z_up + j * W + lane) * fu;
@@ -245,12 +269,12 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
         if constexpr (GAP_TENSOR) c = X::exp2(X::load(r.g + (j - 1) * W + lane));
         else if constexpr (MASKED) c = X::sel(inside, c_const, zero);
         else c = c_const;
-        const Floats<VL> z = probability_cell<Floats<VL>>(start, w, diag, c, up, left);
+        const Packed<A, VL> z = probability_cell<Packed<A, VL>>(start, w, diag, c, up, left);
         X::store(r.z + j * W + lane, z.v);
         diag = up;
         left = z;
         if constexpr (STATE) {
-          const F h = log2_scaled<VL>(z.v, o);
+          const F h = log2_scaled<VL, A>(z.v, o);
           X::store(r.h + j * W + lane, h);
           if constexpr (!SOFT) {
             I upd = h > best_h[k];
@@ -272,7 +296,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
       ed[k] = eu;
       zl[k] = left.v;
       el[k] = o;
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -292,16 +316,17 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
 //   L = o B[i,j-1] + e L[i,j-1]  A = 1 + D + L,  B = 1 + D + U,  C = 1 + D + U + L
 // with w = 2^s, o = 2^open, e = 2^extend; chunks and exponents as the linear
 // row (C bounds A and U from above, and B + L = C on the left).
-template <int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, int KEEP, int LANES = W>
-SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, ProbabilityGaps gap,
-                                                int32_t n, int32_t i, ProbabilityLanes& ln) {
+template <typename A, int VL, bool SOFT, bool GAP_TENSOR, bool MASKED, int KEEP, int LANES = W>
+SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRowsOf<A>& r,
+                                                ProbabilityGapsOf<A> gap, int32_t n, int32_t i,
+                                                ProbabilityLanesOf<A>& ln) {
   constexpr bool STATE = KEEP == kKeepLogs, SHARES = KEEP == kKeepShares;
-  using X = V<VL>;
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
   constexpr int K = LANES / VL;
-  constexpr int32_t C = ProbabilityRange<float>::kRenormSteps;
-  const F zero = X::splat(0.0f), one = X::splat(1.0f);
+  constexpr int32_t C = ProbabilityRange<A>::kRenormSteps;
+  const F zero = X::splat(A(0)), one = X::splat(A(1));
   const F open_const = X::exp2(X::splat(gap.open)), extend_const = X::exp2(X::splat(gap.extend));
   I rowok[K], nl[K], el[K], ed[K], best_e[K], bi[K], bj[K];
   F bl[K], ll[K], cd[K], best_m[K], best_h[K], h_m[K];
@@ -347,7 +372,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
       F diag = cd[k] * X::pow2(ed[k] - o), b = bl[k] * fl, l = ll[k] * fl;
       F red = zero;
       [[maybe_unused]] F red_h = zero;  // the sum of 2^(C - o) as C is kept
-      [[maybe_unused]] const F of = __builtin_convertvector(o, F);
+      [[maybe_unused]] const F of = X::to_float(o);
       for (int32_t j = j0; j <= j1; ++j) {
         const int64_t c = j * W + lane;
         const F w = X::exp2(X::load(r.s + c - W));
@@ -383,15 +408,15 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
           X::store(r.share_d + c, X::sel(live, w * (diag_cell * inv), zero));
           X::store(r.share_u + c, X::sel(live, u * inv, zero));
           X::store(r.share_l + c, X::sel(live, l * inv, zero));
-          if constexpr (SOFT) X::store(r.h + c, log2_scaled<VL>(z, o));  // the seeds
+          if constexpr (SOFT) X::store(r.h + c, log2_scaled<VL, A>(z, o));  // the seeds
           continue;
         }
         if constexpr (STATE) {
-          const F h = log2_scaled<VL>(z, o);
+          const F h = log2_scaled<VL, A>(z, o);
           X::store(r.h + c, h);
           if (r.h_u) {  // (a checkpointing forward needs C alone)
-            X::store(r.h_u + c, log2_scaled<VL>(u, o));
-            X::store(r.h_l + c, log2_scaled<VL>(l, o));
+            X::store(r.h_u + c, log2_scaled<VL, A>(u, o));
+            X::store(r.h_l + c, log2_scaled<VL, A>(l, o));
           }
           if constexpr (SOFT) {
             F e2 = X::exp2(h - of);
@@ -422,8 +447,8 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         if constexpr (STATE) X::store(r.chunk_sum_h + q * W + lane, red_h);
         continue;
       }
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
-      if constexpr (STATE && SOFT) fold_chunk<VL, true>(red_h, o, h_m[k], h_e[k]);
+      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);
+      if constexpr (STATE && SOFT) fold_chunk<VL, true, A>(red_h, o, h_m[k], h_e[k]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -445,8 +470,10 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
   }
 }
 
-using ProbabilityRowFn = void (*)(const ProbabilityRows&, ProbabilityGaps, int32_t, int32_t,
-                                  ProbabilityLanes&);
+template <typename A>
+using ProbabilityRowFnOf = void (*)(const ProbabilityRowsOf<A>&, ProbabilityGapsOf<A>, int32_t,
+                                    int32_t, ProbabilityLanesOf<A>&);
+using ProbabilityRowFn = ProbabilityRowFnOf<float>;
 
 // The kinds of probability-domain rows.
 enum ProbabilityKind {
@@ -456,109 +483,119 @@ enum ProbabilityKind {
   kAffineGapTensors = 3
 };
 
-template <int VL, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
-SOFTSW_VINLINE void probability_row_of(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
-                                       int32_t i, ProbabilityLanes& ln) {
+// A row of VBYTES-byte vectors (16: the baseline, 32: AVX2 and AVX-512VL):
+// VBYTES / sizeof(A) lanes to a vector, 4 or 8 floats, 2 or 4 doubles.
+template <typename A, int VBYTES, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
+SOFTSW_VINLINE void probability_row_of(const ProbabilityRowsOf<A>& r, ProbabilityGapsOf<A> gap,
+                                       int32_t n, int32_t i, ProbabilityLanesOf<A>& ln) {
+  constexpr int VL = VBYTES / static_cast<int>(sizeof(A));
   if constexpr (KIND == kAffineConstantGaps || KIND == kAffineGapTensors)
-    probability_affine_row_body<VL, SOFT, KIND == kAffineGapTensors, MASKED, KEEP, LANES>(
+    probability_affine_row_body<A, VL, SOFT, KIND == kAffineGapTensors, MASKED, KEEP, LANES>(
         r, gap, n, i, ln);
   else  // (linear rows keep logs or nothing)
-    probability_row_body<VL, SOFT, KIND == kLinearGapTensor, MASKED, KEEP == kKeepLogs, LANES>(
+    probability_row_body<A, VL, SOFT, KIND == kLinearGapTensor, MASKED, KEEP == kKeepLogs, LANES>(
         r, gap, n, i, ln);
 }
 
-template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
-void probability_row_baseline(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n,
-                              int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<4, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
+template <typename A, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
+void probability_row_baseline(const ProbabilityRowsOf<A>& r, ProbabilityGapsOf<A> gap, int32_t n,
+                              int32_t i, ProbabilityLanesOf<A>& ln) {
+  probability_row_of<A, 16, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
-SOFTSW_TARGET_AVX2 void probability_row_avx2(const ProbabilityRows& r,
-                                                              ProbabilityGaps gap, int32_t n,
-                                                              int32_t i, ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
+template <typename A, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
+SOFTSW_TARGET_AVX2 void probability_row_avx2(const ProbabilityRowsOf<A>& r,
+                                             ProbabilityGapsOf<A> gap, int32_t n, int32_t i,
+                                             ProbabilityLanesOf<A>& ln) {
+  probability_row_of<A, 32, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
-template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
-SOFTSW_TARGET_AVX512 void
-probability_row_avx512(const ProbabilityRows& r, ProbabilityGaps gap, int32_t n, int32_t i,
-                       ProbabilityLanes& ln) {
-  probability_row_of<8, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
+template <typename A, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
+SOFTSW_TARGET_AVX512 void probability_row_avx512(const ProbabilityRowsOf<A>& r,
+                                                 ProbabilityGapsOf<A> gap, int32_t n, int32_t i,
+                                                 ProbabilityLanesOf<A>& ln) {
+  probability_row_of<A, 32, KIND, SOFT, MASKED, KEEP, LANES>(r, gap, n, i, ln);
 }
 #endif
 
-template <int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
-ProbabilityRowFn pick_probability_row() {
+template <typename A, int KIND, bool SOFT, bool MASKED, int KEEP, int LANES>
+ProbabilityRowFnOf<A> pick_probability_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &probability_row_avx512<KIND, SOFT, MASKED, KEEP, LANES>;
-    case 1: return &probability_row_avx2<KIND, SOFT, MASKED, KEEP, LANES>;
+    case 2: return &probability_row_avx512<A, KIND, SOFT, MASKED, KEEP, LANES>;
+    case 1: return &probability_row_avx2<A, KIND, SOFT, MASKED, KEEP, LANES>;
     default: break;
   }
 #endif
-  return &probability_row_baseline<KIND, SOFT, MASKED, KEEP, LANES>;
+  return &probability_row_baseline<A, KIND, SOFT, MASKED, KEEP, LANES>;
 }
 
 // The row functions of one kind and what it keeps: [narrow][soft][masked].
 // Narrow rows compute the first W / 2 lanes only: a group of at most W / 2
 // pairs (a lone pair, 16 pairs on two threads) does half the work.
-struct ProbabilityRowFns {
-  ProbabilityRowFn fn[2][2][2];
-  ProbabilityRowFn of(int count, bool soft, bool masked) const {
+template <typename A>
+struct ProbabilityRowFnsOf {
+  ProbabilityRowFnOf<A> fn[2][2][2];
+  ProbabilityRowFnOf<A> of(int count, bool soft, bool masked) const {
     return fn[count <= W / 2][soft][masked];
   }
 };
-template <int KIND, int KEEP>
-ProbabilityRowFns pick_probability_rows() {
-  ProbabilityRowFns f;
-  f.fn[0][0][0] = pick_probability_row<KIND, false, false, KEEP, W>();
-  f.fn[0][0][1] = pick_probability_row<KIND, false, true, KEEP, W>();
-  f.fn[0][1][0] = pick_probability_row<KIND, true, false, KEEP, W>();
-  f.fn[0][1][1] = pick_probability_row<KIND, true, true, KEEP, W>();
-  f.fn[1][0][0] = pick_probability_row<KIND, false, false, KEEP, W / 2>();
-  f.fn[1][0][1] = pick_probability_row<KIND, false, true, KEEP, W / 2>();
-  f.fn[1][1][0] = pick_probability_row<KIND, true, false, KEEP, W / 2>();
-  f.fn[1][1][1] = pick_probability_row<KIND, true, true, KEEP, W / 2>();
+using ProbabilityRowFns = ProbabilityRowFnsOf<float>;
+template <typename A, int KIND, int KEEP>
+ProbabilityRowFnsOf<A> pick_probability_rows() {
+  ProbabilityRowFnsOf<A> f;
+  f.fn[0][0][0] = pick_probability_row<A, KIND, false, false, KEEP, W>();
+  f.fn[0][0][1] = pick_probability_row<A, KIND, false, true, KEEP, W>();
+  f.fn[0][1][0] = pick_probability_row<A, KIND, true, false, KEEP, W>();
+  f.fn[0][1][1] = pick_probability_row<A, KIND, true, true, KEEP, W>();
+  f.fn[1][0][0] = pick_probability_row<A, KIND, false, false, KEEP, W / 2>();
+  f.fn[1][0][1] = pick_probability_row<A, KIND, false, true, KEEP, W / 2>();
+  f.fn[1][1][0] = pick_probability_row<A, KIND, true, false, KEEP, W / 2>();
+  f.fn[1][1][1] = pick_probability_row<A, KIND, true, true, KEEP, W / 2>();
   return f;
 }
-inline ProbabilityRowFns pick_probability_rows(const Problem& p, bool state) {
+// The forward's rows of a problem, accumulate type A (the float rows unless
+// asked): with state they keep H (linear) or C, U, L (affine).
+template <typename A = float>
+ProbabilityRowFnsOf<A> pick_probability_rows(const Problem& p, bool state) {
   if (p.affine)
     return p.gap_open.data || p.gap_extend.data
-               ? (state ? pick_probability_rows<kAffineGapTensors, true>()
-                        : pick_probability_rows<kAffineGapTensors, false>())
-               : (state ? pick_probability_rows<kAffineConstantGaps, true>()
-                        : pick_probability_rows<kAffineConstantGaps, false>());
+               ? (state ? pick_probability_rows<A, kAffineGapTensors, kKeepLogs>()
+                        : pick_probability_rows<A, kAffineGapTensors, kKeepNothing>())
+               : (state ? pick_probability_rows<A, kAffineConstantGaps, kKeepLogs>()
+                        : pick_probability_rows<A, kAffineConstantGaps, kKeepNothing>());
   if (p.gap_open.data)
-    return state ? pick_probability_rows<kLinearGapTensor, true>()
-                 : pick_probability_rows<kLinearGapTensor, false>();
-  return state ? pick_probability_rows<kLinearConstantGap, true>()
-               : pick_probability_rows<kLinearConstantGap, false>();
+    return state ? pick_probability_rows<A, kLinearGapTensor, kKeepLogs>()
+                 : pick_probability_rows<A, kLinearGapTensor, kKeepNothing>();
+  return state ? pick_probability_rows<A, kLinearConstantGap, kKeepLogs>()
+               : pick_probability_rows<A, kLinearConstantGap, kKeepNothing>();
 }
 // The affine rows that keep their cells' shares.
 inline ProbabilityRowFns pick_affine_share_rows(const Problem& p) {
   return p.gap_open.data || p.gap_extend.data
-             ? pick_probability_rows<kAffineGapTensors, kKeepShares>()
-             : pick_probability_rows<kAffineConstantGaps, kKeepShares>();
+             ? pick_probability_rows<float, kAffineGapTensors, kKeepShares>()
+             : pick_probability_rows<float, kAffineConstantGaps, kKeepShares>();
 }
 
 // The rows a row function writes besides the next row's inputs (nullptr:
 // not kept): log2 of C (h), U and L (kKeepLogs), or the shares of the cells
 // (kKeepShares; h: C for "soft" seeds).
-struct KeptRows {
-  float *h = nullptr, *h_u = nullptr, *h_l = nullptr;
-  float *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
+template <typename A>
+struct KeptRowsOf {
+  A *h = nullptr, *h_u = nullptr, *h_l = nullptr;
+  A *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
   // Affine gaps on column blocks: each lane's left neighbour's B and L nodes
   // (exponent left_e; nullptr: the boundary, B = 1 and L = 0), and, written
   // at the end of the row, its B and L at col n at the last chunk's exponent
   // (what the next block reads as its left neighbour; nullptr: not kept).
-  const float *left_b = nullptr, *left_l = nullptr;
-  float *last_b = nullptr, *last_l = nullptr;
+  const A *left_b = nullptr, *left_l = nullptr;
+  A *last_b = nullptr, *last_l = nullptr;
   // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
   // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
   // folded into the lanes' reductions (the caller folds a row's chunks in a
   // group's order). nullptr: folded.
-  float *chunk_sum = nullptr, *chunk_sum_h = nullptr;
+  A *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
+using KeptRows = KeptRowsOf<float>;
 
 // The rows of a probability-domain group of up to W pairs (valid, non-empty,
 // in range): each lane's extents and inputs, the lane-interleaved state of
@@ -571,7 +608,9 @@ struct KeptRows {
 template <typename T>
 class ProbabilityGroup {
  public:
-  static constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
+  using A = Acc<T>;
+  using Int = IntOf<A>;
+  static constexpr int64_t C = ProbabilityRange<A>::kRenormSteps;
 
   // `rows`, `cols`: the extent to compute (0: the lanes' largest); a lane's
   // columns past `cols` are left out.
@@ -587,11 +626,11 @@ class ProbabilityGroup {
         gv_[l] = su.gap(p.gap_open, pairs[l]);
         if (p.affine) ge_[l] = su.gap(p.gap_extend, pairs[l]);
       }
-      ln.m[l] = static_cast<int32_t>(m);
-      ln.n[l] = static_cast<int32_t>(n);
-      ln.mant[l] = ln.hmant[l] = 0.0f;
+      ln.m[l] = static_cast<Int>(m);
+      ln.n[l] = static_cast<Int>(n);
+      ln.mant[l] = ln.hmant[l] = A(0);
       ln.expo[l] = ln.hexpo[l] = 0;
-      ln.best[l] = 0.0f;
+      ln.best[l] = A(0);
       ln.bi[l] = ln.bj[l] = -1;
       lane_n[l] = n;
       mg = std::max(mg, m);
@@ -601,27 +640,27 @@ class ProbabilityGroup {
     if (cols > 0) ng = cols;
     for (int l = 0; l < count; ++l) {  // columns past ng are not computed
       lane_n[l] = std::min(lane_n[l], ng);
-      ln.n[l] = static_cast<int32_t>(lane_n[l]);
+      ln.n[l] = static_cast<Int>(lane_n[l]);
     }
     for (int l = 0; l < count; ++l) masked |= ln.m[l] < mg || ln.n[l] < ng;
     gap_tensor_ = p.gap_open.data != nullptr || (p.affine && p.gap_extend.data != nullptr);
-    gaps_ = {gap_tensor_ ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
-             p.affine && !gap_tensor_ ? static_cast<float>(p.gap_extend.value) * su.beta : 0.0f};
+    gaps_ = {gap_tensor_ ? A(0) : static_cast<A>(p.gap_open.value) * su.beta,
+             p.affine && !gap_tensor_ ? static_cast<A>(p.gap_extend.value) * su.beta : A(0)};
     stride = (ng + 1) * W;
     chunks = (ng + C - 1) / C + 1;
   }
 
-  // Floats bind() takes: the rows (z, scores, gap scores; affine: A, U, the
+  // Elements (of A) bind() takes: the rows (z, scores, gap scores; affine: A, U, the
   // extend scores) and the exponents of two rows.
   int64_t floats() const { return (su_.p.affine ? 9 : 4) * stride + 2 * chunks * W; }
 
-  // Lays the rows out from `base` (floats() floats, 64-byte aligned) and
+  // Lays the rows out from `base` (floats() of A, 64-byte aligned) and
   // starts at row 0: C = A = 1, exponent 0; scores and gap scores past a
   // lane's pair -inf (weights 0) for good.
-  void bind(float* base) {
-    float* next = base;
+  void bind(A* base) {
+    A* next = base;
     auto take = [&]() {
-      float* a = next;
+      A* a = next;
       next += stride;
       return a;
     };
@@ -636,22 +675,22 @@ class ProbabilityGroup {
       u_ = take();
       g_ext_ = take();
     }
-    e_up = reinterpret_cast<int32_t*>(next);
+    e_up = reinterpret_cast<Int*>(next);
     e_ = e_up + chunks * W;
     start();
-    std::fill(s_, s_ + ng * W, -kInf<float>);
+    std::fill(s_, s_ + ng * W, -kInf<A>);
     if (gap_tensor_) {
-      std::fill(g_, g_ + ng * W, -kInf<float>);
-      if (su_.p.affine) std::fill(g_ext_, g_ext_ + ng * W, -kInf<float>);
+      std::fill(g_, g_ + ng * W, -kInf<A>);
+      if (su_.p.affine) std::fill(g_ext_, g_ext_ + ng * W, -kInf<A>);
     }
   }
 
   // Row 0: C = A = 1 (U = 0), exponent 0.
-  void start() { set_up_rows(1.0f); }
+  void start() { set_up_rows(A(1)); }
 
   // Row state all zero (z, A, U, exponents): what a checkpoint restored into
   // it (checkpoints.h) leaves past its pair's columns and chunks.
-  void clear() { set_up_rows(0.0f); }
+  void clear() { set_up_rows(A(0)); }
 
   // Row i's scores (kernel units) and gap scores into `s_` and the gap rows,
   // for the lanes whose pair has row i (the rest keep what they hold).
@@ -676,8 +715,9 @@ class ProbabilityGroup {
 
   // Row i (its inputs gathered) from row i - 1; after it the `_up` rows hold
   // row i. `keep`: the rows it writes besides (as the row function keeps).
-  void step(ProbabilityRowFn row, int64_t i, const KeptRows& keep, RowPrefetcher* next) {
-    ProbabilityRows r{s_,      gap_tensor_ ? g_ : nullptr, z_up,    e_up,    z_,   e_,
+  void step(ProbabilityRowFnOf<A> row, int64_t i, const KeptRowsOf<A>& keep,
+            RowPrefetcher* next) {
+    ProbabilityRowsOf<A> r{s_,      gap_tensor_ ? g_ : nullptr, z_up,    e_up,    z_,   e_,
                       keep.h,  keep.h_u,                   keep.h_l, nullptr, nullptr, nullptr,
                       nullptr, a_up,                       u_up,    a_,      u_,   next,
                       gap_tensor_ ? g_ext_ : nullptr};
@@ -692,30 +732,30 @@ class ProbabilityGroup {
     std::swap(u_up, u_);
   }
 
-  ProbabilityLanes ln;
+  ProbabilityLanesOf<A> ln;
   int64_t lane_n[W] = {};
   int64_t mg = 0, ng = 0;  // rows and columns computed
   bool masked = false;     // a lane's pair smaller than (mg, ng): the masked rows
   int64_t stride = 0, chunks = 0;
   // Row i - 1 before step(i), row i after it: scaled C (z), A, U (affine
   // gaps) at j * W (col 0 unused), chunk q's exponent at q * W.
-  float *z_up = nullptr, *a_up = nullptr, *u_up = nullptr;
-  int32_t* e_up = nullptr;
+  A *z_up = nullptr, *a_up = nullptr, *u_up = nullptr;
+  Int* e_up = nullptr;
 
  private:
   // Every column of row i - 1: z = A = `za`, U = 0, exponents 0.
-  void set_up_rows(float za) {
+  void set_up_rows(A za) {
     std::fill(z_up, z_up + stride, za);
     std::fill(e_up, e_up + chunks * W, 0);
     if (a_up) {
       std::fill(a_up, a_up + stride, za);
-      std::fill(u_up, u_up + stride, 0.0f);
+      std::fill(u_up, u_up + stride, A(0));
     }
   }
 
   // Row i of the lanes' gap scores (kernel units) into `dst`, the lanes whose
   // pair has row i; the rest keep what they hold.
-  void gather_gap_row(const GapView<T>* g, int64_t i, float* dst) {
+  void gather_gap_row(const GapView<T>* g, int64_t i, A* dst) {
     const T* src[W] = {};
     bool rows = true;
     for (int l = 0; l < count_; ++l)
@@ -736,10 +776,10 @@ class ProbabilityGroup {
   const T* S_[W] = {};
   GapView<T> gv_[W], ge_[W];
   bool gap_tensor_ = false;
-  ProbabilityGaps gaps_{};
-  float* s_ = nullptr;  // the gathered row's scores, col j at (j - 1) * W
-  float *z_ = nullptr, *a_ = nullptr, *u_ = nullptr, *g_ = nullptr, *g_ext_ = nullptr;
-  int32_t* e_ = nullptr;
+  ProbabilityGapsOf<A> gaps_{};
+  A* s_ = nullptr;  // the gathered row's scores, col j at (j - 1) * W
+  A *z_ = nullptr, *a_ = nullptr, *u_ = nullptr, *g_ = nullptr, *g_ext_ = nullptr;
+  Int* e_ = nullptr;
 };
 
 // "soft" with state: the seeds' scale 1 / sum 2^(C - total) over a pair's
@@ -755,36 +795,40 @@ inline float soft_seed_scale(float mant, int32_t expo, float hmant, int32_t hexp
 // writes score, total, argmax, and `hidden` when the forward keeps state
 // (rows_fn must then be the STATE row functions): H (linear gaps), the C, U,
 // L planes (affine gaps, `checkpoints` false) or an affine pair's checkpoints
-// (checkpoints.h).
+// (checkpoints.h; float accumulate only). `mem`: the group's rows, of the
+// accumulate type.
 template <typename T>
 void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
-                       const ProbabilityRowFns& rows_fn, const ForwardOutputs& out,
-                       std::vector<float>& mem, bool checkpoints) {
+                       const ProbabilityRowFnsOf<Acc<T>>& rows_fn, const ForwardOutputs& out,
+                       std::vector<Acc<T>>& mem, bool checkpoints) {
+  using A = Acc<T>;
+  constexpr bool kFloat = std::is_same_v<A, float>;
   const Problem& p = su.p;
   const int64_t N = su.N;
   ProbabilityGroup<T> grp(su, pairs, count);
-  ProbabilityLanes& ln = grp.ln;
+  ProbabilityLanesOf<A>& ln = grp.ln;
   const int64_t mg = grp.mg, ng = grp.ng, stride = grp.stride;
-  const ProbabilityRowFn row = rows_fn.of(count, su.soft_reduction, grp.masked);
-  float* hidden = static_cast<float*>(out.hidden);
+  const ProbabilityRowFnOf<A> row = rows_fn.of(count, su.soft_reduction, grp.masked);
+  A* hidden = static_cast<A*>(out.hidden);
+  checkpoints = kFloat && checkpoints;
   const bool planes = hidden && !checkpoints;
   // The group's rows, then the state rows of row i (H, or C, U, L).
   const int64_t state_rows = hidden ? (p.affine ? 3 : 1) : 0;
-  mem.resize(static_cast<size_t>(grp.floats() + state_rows * stride + 16));
-  float* base = mem.data();
+  mem.resize(static_cast<size_t>(grp.floats() + state_rows * stride + 64 / sizeof(A)));
+  A* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
   grp.bind(base);
-  float* hb = hidden ? base + grp.floats() : nullptr;
-  float* hb_u = planes && p.affine ? hb + stride : nullptr;
-  float* hb_l = planes && p.affine ? hb + 2 * stride : nullptr;
-  float* hid[W] = {};
+  A* hb = hidden ? base + grp.floats() : nullptr;
+  A* hb_u = planes && p.affine ? hb + stride : nullptr;
+  A* hb_l = planes && p.affine ? hb + 2 * stride : nullptr;
+  A* hid[W] = {};
   const AffineCheckpoints ck(N);
   for (int l = 0; hidden && l < count; ++l) {
     hid[l] = hidden + pairs[l] * su.planes * su.MN;
     if (planes)
       for (int64_t k = 0; k < su.planes; ++k)
-        fill_outside<float>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], 0.0f);
-    else
+        fill_outside<A>(hid[l] + k * su.MN, su.M, N, ln.m[l], ln.n[l], A(0));
+    else if constexpr (kFloat)
       ck.clear(hid[l], su.planes * su.MN, su.p.batch * su.planes * su.MN);
   }
   for (int64_t i = 1; i <= mg; ++i) {
@@ -807,13 +851,13 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
       prefetch_rows(rows_next, count, ng);
     }
     grp.gather(i);
-    KeptRows keep;
+    KeptRowsOf<A> keep;
     keep.h = hb;
     keep.h_u = hb_u;
     keep.h_l = hb_l;
     grp.step(row, i, keep, &next);
     if (planes) {
-      float* dst[W];
+      A* dst[W];
       for (int l = 0; l < count; ++l) dst[l] = i <= ln.m[l] ? hid[l] + (i - 1) * N : nullptr;
       deinterleave_rows(dst, hb + W, grp.lane_n, count);
       if (p.affine) {
@@ -824,48 +868,53 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
           if (dst[l]) dst[l] += su.MN;
         deinterleave_rows(dst, hb_l + W, grp.lane_n, count);
       }
-    } else if (hidden) {
-      for (int l = 0; l < count; ++l)
-        if (ck.saves(i, ln.m[l])) ck.save(grp.z_up, grp.a_up, grp.u_up, grp.e_up, l, ln.n[l], i, hid[l]);
+    } else if constexpr (kFloat) {
+      if (hidden)
+        for (int l = 0; l < count; ++l)
+          if (ck.saves(i, ln.m[l]))
+            ck.save(grp.z_up, grp.a_up, grp.u_up, grp.e_up, l, ln.n[l], i, hid[l]);
     }
   }
-  float* total = static_cast<float*>(out.total);
+  A* total = static_cast<A*>(out.total);
   for (int l = 0; l < count; ++l) {
     const int64_t b = pairs[l];
-    PairTotal<float> t;  // score = expo + log2(mant); 0 when no cell beats the boundary
+    PairTotal<A> t;  // score = expo + log2(mant); 0 when no cell beats the boundary
     int64_t argmax = -1;
     if (hidden && !su.soft_reduction) {
       t.base = ln.best[l];
       if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
         argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
-    } else if (ln.mant[l] > 0.0f) {
-      t.base = static_cast<float>(ln.expo[l]);
+    } else if (ln.mant[l] > A(0)) {
+      t.base = static_cast<A>(ln.expo[l]);
       t.log2sum = CpuMath::log2(ln.mant[l]);
     }
     t.store(total, b);
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
     out.argmax[b] = argmax;
-    if (hidden && checkpoints) {
-      // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's cells
-      // (the C the backward computes again), from the row passes' sum.
-      const float scale = su.soft_reduction ? soft_seed_scale(ln.mant[l], ln.expo[l], ln.hmant[l],
-                                                              ln.hexpo[l])
-                                            : 1.0f;
-      ck.set_seed_scale(hid[l], scale);
-      ck.set_column_blocks(hid[l], 0);  // (its state is the row checkpoints alone)
+    if constexpr (kFloat) {
+      if (hidden && checkpoints) {
+        // "soft": the seeds' scale 1 / sum 2^(C - total) over the pair's
+        // cells (the C the backward computes again), from the row passes' sum.
+        const float scale = su.soft_reduction ? soft_seed_scale(ln.mant[l], ln.expo[l],
+                                                                ln.hmant[l], ln.hexpo[l])
+                                              : 1.0f;
+        ck.set_seed_scale(hid[l], scale);
+        ck.set_column_blocks(hid[l], 0);  // (its state is the row checkpoints alone)
+      }
     }
   }
 }
 
 // The sum of the lanes' values mant[l] 2^expo[l] (mant 0: none) as
 // sum 2^top, top the largest exponent (0 when there is none).
-inline double lanes_sum(const float* mant, const int32_t* expo, int64_t lanes, int32_t& top) {
+template <typename A, typename Int>
+double lanes_sum(const A* mant, const Int* expo, int64_t lanes, Int& top) {
   top = 0;
   for (int l = 0; l < lanes; ++l)
-    if (mant[l] > 0.0f) top = std::max(top, expo[l]);
+    if (mant[l] > A(0)) top = std::max(top, expo[l]);
   double sum = 0.0;
   for (int l = 0; l < lanes; ++l)
-    if (mant[l] > 0.0f) sum += std::ldexp(double(mant[l]), expo[l] - top);
+    if (mant[l] > A(0)) sum += std::ldexp(double(mant[l]), static_cast<int>(expo[l] - top));
   return sum;
 }
 
@@ -875,14 +924,15 @@ inline double lanes_sum(const float* mant, const int32_t* expo, int64_t lanes, i
 // saw step t as row t, so lane l's row is t - l); else each lane's max or sum
 // of Z, combined.
 template <typename T>
-void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLanes& ln,
+void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLanesOf<Acc<T>>& ln,
                             int64_t lanes, int64_t nb, bool state, const ForwardOutputs& out) {
+  using A = Acc<T>;
   const Problem& p = su.p;
   const int64_t N = su.N;
   if (state && !su.soft_reduction) {
     // "max" with state: the largest H over the lanes, the first in row-major
     // order among equals (each lane kept its block's first).
-    float top_h = 0.0f;
+    A top_h = A(0);
     int64_t argmax = -1;
     for (int l = 0; l < lanes; ++l) {
       if (ln.bi[l] <= 0) continue;
@@ -892,26 +942,27 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
         argmax = k;
       }
     }
-    PairTotal<float> tot;
+    PairTotal<A> tot;
     tot.base = top_h;
-    tot.store(static_cast<float*>(out.total), b);
+    tot.store(static_cast<A*>(out.total), b);
     st(static_cast<T*>(out.score), b, tot.value() * su.unit);
     out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
     return;
   }
   // The lanes' reductions combined.
-  int32_t top = 0;
+  IntOf<A> top = 0;
   const double sum = lanes_sum(ln.mant, ln.expo, lanes, top);
   double best = 0.0;
   for (int l = 0; l < lanes; ++l)
-    if (ln.mant[l] > 0.0f) best = std::max(best, std::ldexp(double(ln.mant[l]), ln.expo[l] - top));
-  const float mant = static_cast<float>(su.soft_reduction ? sum : best);
-  PairTotal<float> tot;
-  if (mant > 0.0f) {
-    tot.base = static_cast<float>(top);
+    if (ln.mant[l] > A(0))
+      best = std::max(best, std::ldexp(double(ln.mant[l]), static_cast<int>(ln.expo[l] - top)));
+  const A mant = static_cast<A>(su.soft_reduction ? sum : best);
+  PairTotal<A> tot;
+  if (mant > A(0)) {
+    tot.base = static_cast<A>(top);
     tot.log2sum = CpuMath::log2(mant);
   }
-  tot.store(static_cast<float*>(out.total), b);
+  tot.store(static_cast<A*>(out.total), b);
   st(static_cast<T*>(out.score), b, tot.value() * su.unit);
   out.argmax[b] = -1;
 }
@@ -926,43 +977,45 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
 // keeps its block's largest H with the step and column it came at (the row
 // kernel sees step t as row t), combined over the lanes at the end.
 template <typename T>
-void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFns& rows_fn,
-                           const ForwardOutputs& out, std::vector<float>& mem) {
+void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFnsOf<Acc<T>>& rows_fn,
+                           const ForwardOutputs& out, std::vector<Acc<T>>& mem) {
+  using A = Acc<T>;
+  using Int = IntOf<A>;
   const Problem& p = su.p;
   const int64_t N = su.N;
-  constexpr int64_t C = ProbabilityRange<float>::kRenormSteps;
+  constexpr int64_t C = ProbabilityRange<A>::kRenormSteps;
   int64_t m = 0, n = 0;
   su.extents(b, m, n);
   const int64_t nb = (n + W - 1) / W, lanes = (n + nb - 1) / nb;
   int64_t width[W];
   for (int l = 0; l < W; ++l) width[l] = l < lanes ? std::min(nb, n - l * nb) : 0;
-  const ProbabilityRowFn row = rows_fn.of(static_cast<int>(lanes), su.soft_reduction, true);
-  const ProbabilityGaps gaps{static_cast<float>(p.gap_open.value) * su.beta, 0.0f};
+  const ProbabilityRowFnOf<A> row = rows_fn.of(static_cast<int>(lanes), su.soft_reduction, true);
+  const ProbabilityGapsOf<A> gaps{static_cast<A>(p.gap_open.value) * su.beta, A(0)};
   const int64_t stride = (nb + 1) * W, chunks = (nb + C - 1) / C + 1;
-  mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 4 * W + 16), 0.0f);
-  float* base = mem.data();
+  mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 4 * W + 64 / sizeof(A)), A(0));
+  A* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float *z_up = base, *z = base + stride, *sb = base + 2 * stride, *hb = base + 3 * stride;
-  int32_t* e_up = reinterpret_cast<int32_t*>(base + 4 * stride);
-  int32_t* e = e_up + chunks * W;
-  float* left_z = reinterpret_cast<float*>(e + chunks * W);
-  float* diag_z = left_z + W;
-  int32_t* left_e = reinterpret_cast<int32_t*>(diag_z + W);
-  int32_t* diag_e = left_e + W;
-  std::fill(z_up, z_up + stride, 1.0f);
-  std::fill(sb, sb + nb * W, -kInf<float>);
-  std::fill(left_z, left_z + 2 * W, 1.0f);  // left_z and diag_z
-  ProbabilityLanes ln;
+  A *z_up = base, *z = base + stride, *sb = base + 2 * stride, *hb = base + 3 * stride;
+  Int* e_up = reinterpret_cast<Int*>(base + 4 * stride);
+  Int* e = e_up + chunks * W;
+  A* left_z = reinterpret_cast<A*>(e + chunks * W);
+  A* diag_z = left_z + W;
+  Int* left_e = reinterpret_cast<Int*>(diag_z + W);
+  Int* diag_e = left_e + W;
+  std::fill(z_up, z_up + stride, A(1));
+  std::fill(sb, sb + nb * W, -kInf<A>);
+  std::fill(left_z, left_z + 2 * W, A(1));  // left_z and diag_z
+  ProbabilityLanesOf<A> ln;
   for (int l = 0; l < W; ++l) {
-    ln.mant[l] = 0.0f;
+    ln.mant[l] = A(0);
     ln.expo[l] = 0;
-    ln.best[l] = 0.0f;
+    ln.best[l] = A(0);
     ln.bi[l] = ln.bj[l] = -1;
   }
-  float* hid = static_cast<float*>(out.hidden);
+  A* hid = static_cast<A*>(out.hidden);
   if (hid) {
     hid += b * su.MN;
-    fill_outside<float>(hid, su.M, N, m, n, 0.0f);
+    fill_outside<A>(hid, su.M, N, m, n, A(0));
   }
   const T* S = static_cast<const T*>(p.scores) + b * su.MN;
   for (int64_t t = 1; t <= m + lanes - 1; ++t) {
@@ -971,12 +1024,12 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
     for (int l = 0; l < W; ++l) {
       const int64_t i = t - l;
       const bool active = l < lanes && i >= 1 && i <= m;
-      ln.m[l] = active ? static_cast<int32_t>(t) : 0;
-      ln.n[l] = static_cast<int32_t>(active ? width[l] : 0);
+      ln.m[l] = active ? static_cast<Int>(t) : 0;
+      ln.n[l] = static_cast<Int>(active ? width[l] : 0);
       n_now[l] = active ? width[l] : 0;
       if (active) src[l] = S + (i - 1) * N + l * nb;
       else
-        for (int64_t j = 0; j < nb; ++j) sb[j * W + l] = -kInf<float>;
+        for (int64_t j = 0; j < nb; ++j) sb[j * W + l] = -kInf<A>;
     }
     if constexpr (std::is_same_v<T, float>) {
       interleave_rows(sb, src, n_now, W, su.beta);
@@ -985,12 +1038,12 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
         if (src[l])
           for (int64_t j = 0; j < n_now[l]; ++j) sb[j * W + l] = ld(src[l], j) * su.beta;
     }
-    const ProbabilityRows r{sb,     nullptr, z_up,    e_up,    z,       e,       hid ? hb : nullptr,
+    const ProbabilityRowsOf<A> r{sb,     nullptr, z_up,    e_up,    z,       e,       hid ? hb : nullptr,
                             nullptr, nullptr, left_z, left_e, diag_z, diag_e, nullptr,
                             nullptr, nullptr, nullptr};
     row(r, gaps, static_cast<int32_t>(nb), static_cast<int32_t>(t), ln);
     if (hid) {
-      float* dst[W] = {};
+      A* dst[W] = {};
       for (int l = 0; l < W; ++l)
         if (n_now[l] > 0) dst[l] = hid + (t - l - 1) * N + l * nb;
       deinterleave_rows(dst, hb + W, n_now, W);
@@ -1000,7 +1053,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
       diag_z[l] = left_z[l];
       diag_e[l] = left_e[l];
       if (l == 0 || width[l - 1] == 0) {
-        left_z[l] = 1.0f;
+        left_z[l] = A(1);
         left_e[l] = 0;
       } else {
         const int64_t last = width[l - 1];

@@ -23,8 +23,9 @@
 //   linear: H[b][i-1][j-1]                                      B*M*N
 //   affine: [b][plane][i-1][j-1], plane 0 = C, 1 = U, 2 = L      3*B*M*N
 // Cells outside a pair's (m, n) hold 0. An affine pair that the SIMD
-// probability-domain forward ran (T > 0, float accumulate, inside the range
-// rule) keeps checkpoints in its slice instead (checkpoints.h): its backward
+// probability-domain forward ran with a float accumulator (T > 0, inside the
+// range rule; float64 pairs keep the planes) keeps checkpoints in its slice
+// instead (checkpoints.h): its backward
 // and double backward run the forward again from them; a lone long pair that
 // the forward ran on column blocks also keeps the wavefront's own checkpoints
 // there (affine_long_pair.h), from which its backward runs on column blocks
@@ -61,7 +62,9 @@
 //     or affine gaps, constant or per-cell): the probability domain
 //     (forward_probability.h; a lone long pair on column blocks: linear gaps
 //     with a constant gap there, affine gaps in affine_long_pair.h when its
-//     training state fits in its slice);
+//     training state fits in its slice); float64 pairs too (the double range
+//     rule, double lanes; a training forward keeps H or the C, U, L planes,
+//     for the scalar backward; a lone long affine pair runs in a group);
 //   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
 //     domain (forward_simd.h);
 //   backward, linear gaps, T > 0: reverse_simd.h (a lone long pair: its
@@ -75,7 +78,8 @@
 //     affine_double_backward_simd.h, on the same shares.
 // A group of at most W / 2 pairs runs narrow rows (half the lanes) where a
 // pass has them (the probability-domain rows, the affine reverse and double
-// backward rows). Every other pass (float64, T = 0 backward, the affine
+// backward rows). Every other pass (float64 outside the probability-domain
+// forward, T = 0 backward, the affine
 // backward and double backward outside the range rule, and the affine
 // forward at T > 0 outside the range rule) is the scalar cell loop of
 // forward.h and reverse.h; so is a linear pair alone in its group of the
@@ -243,8 +247,10 @@ struct Scratch {
   Buffer<A> row_h, row_h_up, row_s, row_g, row_p1, row_p2, row_p3, row_e0;
   // The same for affine gaps (affine_row_weights.h): inputs, shares, weights.
   Buffer<A> affine_rows;
-  // SIMD forward: a group's lane-interleaved rows (float lanes only).
+  // SIMD forward: a group's lane-interleaved rows (float lanes; the
+  // float64 probability-domain forward's in double_lanes).
   std::vector<float> lanes;
+  std::vector<double> double_lanes;
 };
 
 }  // namespace softsw::cpu
