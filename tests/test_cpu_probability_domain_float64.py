@@ -24,8 +24,7 @@ import pytest
 import torch
 
 import softsw
-from conftest import (assert_close, fill_padding, grad_tol, leaf, rand_lengths, randn,
-                      score_tol)
+from conftest import assert_close, fill_padding, leaf, rand_lengths, randn, score_tol
 from helpers import compare_with_reference
 from reference import ref_align
 
