@@ -15,7 +15,15 @@ large and small temperatures inside the range rule; and against the same pair
 in a group of a batch: the same bits (its blocks hold whole chunks, so every
 cell is computed from the same values, and "soft" sums are folded in a
 group's order).
+
+How many groups a batch is cut into follows the CPU kernels' thread count
+(read once a process): the tests of a pair in a group run in a child process
+at two threads when this one has another count.
 """
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -48,13 +56,30 @@ def first_derivatives(S, go, ge, dtype, reduction, lengths, T=1.0, create_graph=
     return out, ins, grads
 
 
-def column_blocks(S, go, ge, lengths, T=1.0, reduction=0):
-    """The column blocks the raw forward's state of pair 0 says it ran on (0: a group)."""
+def column_blocks(S, go, ge, lengths, T=1.0, reduction=0, pair=0):
+    """The column blocks the raw forward's state of a pair says it ran on (0: a group)."""
     gt = [g.float() if isinstance(g, torch.Tensor) else None for g in (go, ge)]
     gv = [0.0 if isinstance(g, torch.Tensor) else g for g in (go, ge)]
     out = torch.ops.softsw.forward(S.float(), gt[0], gt[1], gv[0], gv[1], True, T, lengths,
                                    reduction, True)
-    return int(out[1][1].item())
+    _, rows, cols = S.shape
+    return int(out[1][pair * 3 * rows * cols + 1].item())
+
+
+def ran_at_two_threads(request, seed):
+    """True when this test ran (and passed) in a child process at two threads:
+    two threads cut a batch of 4 copies into groups of 2 and one of 24 into
+    groups of 12; more threads would leave each copy alone (column blocks
+    against column blocks, a comparison that cannot fail)."""
+    threads = int(os.environ.get("SOFTSW_NUM_THREADS", "0")) or len(os.sched_getaffinity(0))
+    if threads == 2:
+        return False
+    env = dict(os.environ, SOFTSW_NUM_THREADS="2", SOFTSW_TEST_SEED=str(seed))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"{__file__}::{request.node.name}"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return True
 
 
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
@@ -87,14 +112,19 @@ def test_matches_float64(gen, reduction, gap_tensor, T, scale):
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("copies", [4, 24], ids=["narrow-groups", "wide-groups"])
-def test_alone_equals_group(gen, reduction, gap_tensor, copies):
+def test_alone_equals_group(request, seed, gen, reduction, gap_tensor, copies):
     """The pair alone (column blocks) and in a batch of copies (groups of 2
     or of 12: the narrow and the wide rows): scores (training and inference)
     and gradients, the same bits."""
+    if ran_at_two_threads(request, seed):
+        return
     S, go, ge = pair(gen, gap_tensor)
     o1, _, g1 = first_derivatives(S, go, ge, torch.float32, reduction, LENGTH)
     rep = [x.repeat(copies, 1, 1) if isinstance(x, torch.Tensor) else x for x in (S, go, ge)]
     lengths = LENGTH.repeat(copies, 1)
+    red = 0 if reduction == "max" else 1
+    assert column_blocks(S, go, ge, LENGTH, reduction=red) == 16
+    assert column_blocks(*rep, lengths, reduction=red, pair=copies - 1) == 0
     out, _, grads = first_derivatives(*rep, torch.float32, reduction, lengths)
     last = slice(copies - 1, copies)  # (the first may be alone on a thread)
     assert torch.equal(o1, out[last])
@@ -171,9 +201,11 @@ def test_small_region_after_blocks(gen):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_half_types(gen, dtype, reduction):
+def test_half_types(request, seed, gen, dtype, reduction):
     """Half types (float accumulate) take the same path: against float64 at
     their tolerance, and the same bits alone and in a group."""
+    if ran_at_two_threads(request, seed):
+        return
     Mh, Nh = 20, 300
     lengths = torch.tensor([[19, 290]])
     S, go, ge = pair(gen, True, M=Mh, N=Nh, lengths=lengths)
@@ -186,6 +218,7 @@ def test_half_types(gen, dtype, reduction):
     for name, a, e in zip(["d/d S", "d/d open", "d/d extend"], grads, ref):
         assert_close(a, e, dtype, name, tol=tol)
     rep = [x.repeat(4, 1, 1) for x in (S, go, ge)]
+    assert column_blocks(*rep, lengths.repeat(4, 1), pair=3) == 0
     out4, _, grads4 = first_derivatives(*rep, dtype, reduction, lengths.repeat(4, 1))
     assert torch.equal(out, out4[3:])
     for a, e in zip(grads, grads4):
