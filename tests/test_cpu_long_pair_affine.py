@@ -16,19 +16,14 @@ in a group of a batch: the same bits (its blocks hold whole chunks, so every
 cell is computed from the same values, and "soft" sums are folded in a
 group's order).
 
-How many groups a batch is cut into follows the CPU kernels' thread count
-(read once a process): the tests of a pair in a group run in a child process
-at two threads when this one has another count.
+The tests of a pair in a group run at two threads (conftest.ran_at_two_threads).
 """
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import softsw
-from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, randn, score_tol
+from conftest import (assert_close, fill_padding, grad_tol, hvp_tol, leaf, ran_at_two_threads,
+                      randn, score_tol)
 
 # 1990 of 2000 columns: blocks of 128 (k = 25 steps a checkpoint), the last
 # one 70 columns; 97 of 100 rows: 112 steps, five blocks of steps.
@@ -64,22 +59,6 @@ def column_blocks(S, go, ge, lengths, T=1.0, reduction=0, pair=0):
                                    reduction, True)
     _, rows, cols = S.shape
     return int(out[1][pair * 3 * rows * cols + 1].item())
-
-
-def ran_at_two_threads(request, seed):
-    """True when this test ran (and passed) in a child process at two threads:
-    two threads cut a batch of 4 copies into groups of 2 and one of 24 into
-    groups of 12; more threads would leave each copy alone (column blocks
-    against column blocks, a comparison that cannot fail)."""
-    threads = int(os.environ.get("SOFTSW_NUM_THREADS", "0")) or len(os.sched_getaffinity(0))
-    if threads == 2:
-        return False
-    env = dict(os.environ, SOFTSW_NUM_THREADS="2", SOFTSW_TEST_SEED=str(seed))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"{__file__}::{request.node.name}"],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return True
 
 
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
