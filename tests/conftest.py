@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -190,19 +189,16 @@ def leaf(x: torch.Tensor) -> torch.Tensor:
     return x.detach().clone().requires_grad_(True)
 
 
-def ran_at_two_threads(request, seed):
-    """True when this test ran (and passed) in a child process at two threads,
-    False when this process already runs the CPU kernels at two. For tests of
-    pairs in SIMD groups: a batch is cut into max(ceil(pairs / 16), threads)
-    groups (the thread count is read once a process), so that on a machine
-    with many threads a small batch leaves every pair alone, and a test of
-    "alone equals in a group" could not fail."""
-    threads = int(os.environ.get("SOFTSW_NUM_THREADS", "0")) or len(os.sched_getaffinity(0))
-    if threads == 2:
-        return False
-    env = dict(os.environ, SOFTSW_NUM_THREADS="2", SOFTSW_TEST_SEED=str(seed))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"{request.path}::{request.node.name}"],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return True
+@pytest.fixture
+def two_cpu_threads():
+    """The CPU kernels at two threads (torch.set_num_threads) for the test. For
+    tests of pairs in SIMD groups: a batch is cut into max(ceil(pairs / 16),
+    threads) groups, so that with many threads a small batch would leave every
+    pair alone, and a test of "alone equals in a group" could not fail."""
+    pinned = os.environ.get("SOFTSW_NUM_THREADS")
+    if pinned not in (None, "", "2"):
+        pytest.skip(f"SOFTSW_NUM_THREADS={pinned} overrides torch.set_num_threads")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import softsw
-from conftest import (assert_close, fill_padding, grad_tol, hvp_tol, leaf, ran_at_two_threads,
-                      randn, score_tol)
+from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, randn, score_tol
 
 M, N = 29, 700  # k = 4 rows a block at 700 columns
 LENGTHS = torch.tensor([[29, 700], [3, 700], [7, 650], [12, 333], [8, 699], [29, 17],
@@ -70,12 +69,10 @@ def test_blocks_match_float64(gen, reduction, gap_tensor):
 
 @pytest.mark.parametrize("copies", [1, 3], ids=["narrow-groups", "wide-groups"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_alone_equals_batched(request, seed, gen, reduction, copies):
+def test_alone_equals_batched(two_cpu_threads, gen, reduction, copies):
     """A pair alone (a group of one: the narrow rows, 8 lanes) against the
     same pair in a batch of 8 (groups of at most 8) or of 24 (groups of 12 or
     more: the wide rows, 16 lanes): the same bits."""
-    if ran_at_two_threads(request, seed):
-        return
     S, go, ge = inputs(gen, True)
     lengths = LENGTHS.repeat(copies, 1)
     S, go, ge = (x.repeat(copies, 1, 1) for x in (S, go, ge))

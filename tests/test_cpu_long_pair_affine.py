@@ -16,14 +16,15 @@ in a group of a batch: the same bits (its blocks hold whole chunks, so every
 cell is computed from the same values, and "soft" sums are folded in a
 group's order).
 
-The tests of a pair in a group run at two threads (conftest.ran_at_two_threads).
+The tests of a pair in a group run at two threads (conftest.two_cpu_threads).
 """
+import os
+
 import pytest
 import torch
 
 import softsw
-from conftest import (assert_close, fill_padding, grad_tol, hvp_tol, leaf, ran_at_two_threads,
-                      randn, score_tol)
+from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, randn, score_tol
 
 # 1990 of 2000 columns: blocks of 128 (k = 25 steps a checkpoint), the last
 # one 70 columns; 97 of 100 rows: 112 steps, five blocks of steps.
@@ -91,12 +92,10 @@ def test_matches_float64(gen, reduction, gap_tensor, T, scale):
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("copies", [4, 24], ids=["narrow-groups", "wide-groups"])
-def test_alone_equals_group(request, seed, gen, reduction, gap_tensor, copies):
+def test_alone_equals_group(two_cpu_threads, gen, reduction, gap_tensor, copies):
     """The pair alone (column blocks) and in a batch of copies (groups of 2
     or of 12: the narrow and the wide rows): scores (training and inference)
     and gradients, the same bits."""
-    if ran_at_two_threads(request, seed):
-        return
     S, go, ge = pair(gen, gap_tensor)
     o1, _, g1 = first_derivatives(S, go, ge, torch.float32, reduction, LENGTH)
     rep = [x.repeat(copies, 1, 1) if isinstance(x, torch.Tensor) else x for x in (S, go, ge)]
@@ -180,11 +179,9 @@ def test_small_region_after_blocks(gen):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_half_types(request, seed, gen, dtype, reduction):
+def test_half_types(two_cpu_threads, gen, dtype, reduction):
     """Half types (float accumulate) take the same path: against float64 at
     their tolerance, and the same bits alone and in a group."""
-    if ran_at_two_threads(request, seed):
-        return
     Mh, Nh = 20, 300
     lengths = torch.tensor([[19, 290]])
     S, go, ge = pair(gen, True, M=Mh, N=Nh, lengths=lengths)
@@ -202,3 +199,21 @@ def test_half_types(request, seed, gen, dtype, reduction):
     assert torch.equal(out, out4[3:])
     for a, e in zip(grads, grads4):
         assert torch.equal(a, e[3:])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_torch_set_num_threads_bounds_the_kernels(gen, threads):
+    """torch.set_num_threads limits the CPU kernels as it does torch's own ops:
+    4 copies of a long pair make max(1, threads) groups, a pair alone in its
+    group runs on column blocks (16), one in a group of several does not (0)."""
+    if os.environ.get("SOFTSW_NUM_THREADS"):
+        pytest.skip("SOFTSW_NUM_THREADS overrides torch.set_num_threads")
+    S, go, ge = pair(gen, False)
+    rep = S.repeat(4, 1, 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        blocks = [column_blocks(rep, go, ge, LENGTH.repeat(4, 1), pair=b) for b in range(4)]
+    finally:
+        torch.set_num_threads(before)
+    assert blocks == ([16] * 4 if threads == 4 else [0] * 4), blocks
