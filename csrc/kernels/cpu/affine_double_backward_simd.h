@@ -10,8 +10,8 @@
 // for the row below (tangent pass) or above (reverse pass); a cell's 11 weights are ratios of its shares, its left neighbour's
 // and the shares of the cell above (affine_weights_of_shares, the formulas
 // of affine_row_weights.h). A lane only counts the cells of its region: out
-// of it, and at a C the forward flushed to -inf, the weights are 0 and the
-// shares a boundary cell's.
+// of it, and at a C the forward flushed to -inf, the weights are 0 (and the
+// reverse pass's shares a boundary cell's).
 //
 // Tangents. The tangent pass writes the five node tangents (C, U, L, A, B) of
 // each row into a TangentRowStore (tangent_store.h), where the reverse pass
@@ -411,8 +411,15 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     }
     interleave_rows_of(dst, row, lane_nr, count, scale);
   };
-  // Row r's shares into `sh`, masked (row 0: the boundary's): the next row
-  // of the forward from row 0 (`from_top`), or from the block holding r.
+  // Row r's shares into `sh` (row 0: the boundary's): the next row of the
+  // forward from row 0 (`from_top`, the tangent pass), or the row of the
+  // block holding r, masked as it is copied (the reverse pass: the block's
+  // rows are the next block's after the next call). The mask is for the
+  // copy's sake: the row kernels give a cell out of its lane's region zero
+  // weights and messages whatever its shares, and a cell inside reads the
+  // shares of cells inside or on the boundary only (a C the forward flushed
+  // has a boundary's shares from the forward itself, forward_probability.h), so the
+  // tangent pass takes the forward's rows as they are.
   auto shares = [&](int64_t r, const AffineShareRow& sh, bool from_top) {
     if (r == 0) {
       std::fill(sh.start + W, sh.start + stride, 1.0f);
@@ -421,14 +428,13 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
       return;
     }
     // (Cols 1..ng are written; col 0 stays the boundary.)
-    AffineShareRow src = sh;
     if (from_top) {
       blocks.step(r, AffineShareRows{sh.start, sh.d, sh.u, sh.l, sh.c});
-    } else {
-      const AffineShareRows b = blocks.row(r);
-      src = AffineShareRow{b.start, b.d, b.u, b.l, b.e0};
+      return;
     }
-    fns.mask(src, sh, static_cast<int32_t>(ng), static_cast<int32_t>(r), ln);
+    const AffineShareRows b = blocks.row(r);
+    fns.mask(AffineShareRow{b.start, b.d, b.u, b.l, b.e0}, sh, static_cast<int32_t>(ng),
+             static_cast<int32_t>(r), ln);
   };
   const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
   if (!gap_tensor) {
