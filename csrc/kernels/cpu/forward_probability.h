@@ -259,7 +259,6 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
             best_h[k] = X::sel(upd, h, best_h[k]);
             bi[k] = X::seli(upd, iv, bi[k]);
             bj[k] = X::seli(upd, jv, bj[k]);
-            continue;
           }
         }
         F counted = z.v;
@@ -272,7 +271,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRows& r, ProbabilityGa
       ed[k] = eu;
       zl[k] = left.v;
       el[k] = o;
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);  // with state too: the score (below)
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -403,7 +402,6 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
             best_h[k] = X::sel(upd, h, best_h[k]);
             bi[k] = X::seli(upd, iv, bi[k]);
             bj[k] = X::seli(upd, X::splati(j), bj[k]);
-            continue;
           }
         }
         F counted = z;
@@ -422,7 +420,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRows& r, Probab
         if constexpr (STATE) X::store(r.chunk_sum_h + q * W + lane, red_h);
         continue;
       }
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);
+      fold_chunk<VL, SOFT>(red, o, best_m[k], best_e[k]);  // with state too: the score (below)
       if constexpr (STATE && SOFT) fold_chunk<VL, true>(red_h, o, h_m[k], h_e[k]);
     }
   }
@@ -832,16 +830,18 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   float* total = static_cast<float*>(out.total);
   for (int l = 0; l < count; ++l) {
     const int64_t b = pairs[l];
-    PairTotal<float> t;  // score = expo + log2(mant); 0 when no cell beats the boundary
+    // score = expo + log2(mant), 0 when no cell beats the boundary: with
+    // state too, so that a training forward gives inference's bits (its
+    // largest H, a log2 of every cell, can differ from log2 of the largest
+    // Z in the last bit); the argmax is that H's cell.
+    PairTotal<float> t;
     int64_t argmax = -1;
-    if (hidden && !su.soft_reduction) {
-      t.base = ln.best[l];
-      if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
-        argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
-    } else if (ln.mant[l] > 0.0f) {
+    if (ln.mant[l] > 0.0f) {
       t.base = static_cast<float>(ln.expo[l]);
       t.log2sum = CpuMath::log2(ln.mant[l]);
     }
+    if (hidden && !su.soft_reduction && ln.bi[l] > 0 && p.reduction == Reduction::Max)
+      argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
     t.store(total, b);
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
     out.argmax[b] = argmax;
@@ -879,11 +879,11 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
                             int64_t lanes, int64_t nb, bool state, const ForwardOutputs& out) {
   const Problem& p = su.p;
   const int64_t N = su.N;
-  if (state && !su.soft_reduction) {
-    // "max" with state: the largest H over the lanes, the first in row-major
-    // order among equals (each lane kept its block's first).
+  int64_t argmax = -1;
+  if (state && !su.soft_reduction && p.reduction == Reduction::Max) {
+    // "max" with state: the cell of the largest H over the lanes, the first
+    // in row-major order among equals (each lane kept its block's first).
     float top_h = 0.0f;
-    int64_t argmax = -1;
     for (int l = 0; l < lanes; ++l) {
       if (ln.bi[l] <= 0) continue;
       const int64_t k = (int64_t(ln.bi[l]) - l - 1) * N + l * nb + (ln.bj[l] - 1);
@@ -892,14 +892,9 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
         argmax = k;
       }
     }
-    PairTotal<float> tot;
-    tot.base = top_h;
-    tot.store(static_cast<float*>(out.total), b);
-    st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-    out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
-    return;
   }
-  // The lanes' reductions combined.
+  // The score: the lanes' reductions combined, with state too (inference's
+  // bits; see probability_group).
   int32_t top = 0;
   const double sum = lanes_sum(ln.mant, ln.expo, lanes, top);
   double best = 0.0;
@@ -913,7 +908,7 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
   }
   tot.store(static_cast<float*>(out.total), b);
   st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-  out.argmax[b] = -1;
+  out.argmax[b] = argmax;
 }
 
 // One long pair (linear gaps, constant gap), its columns cut into up to W
