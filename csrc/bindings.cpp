@@ -116,6 +116,9 @@ ProblemArgs make_problem(const Tensor& scores_in, const OptTensor& gap_open,
   p.affine = affine;
   p.temperature = temperature;
   p.reduction = static_cast<Reduction>(reduction);
+  // As torch's own CPU ops: torch.set_num_threads (OMP_NUM_THREADS, a
+  // DataLoader worker's one thread) bounds the CPU kernels' threads too.
+  if (!scores_in.is_cuda()) p.cpu_threads = static_cast<int>(torch::stable::get_num_threads());
 
   if (lengths.has_value()) {
     const Tensor& l = *lengths;

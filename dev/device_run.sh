@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -102,6 +102,17 @@ for stage in "$@"; do
         (cd /tmp && timeout 150 python3 -m softsw.bench --methods softsw --no-latency \
           --shapes ${AFFINE_SHAPES:-1024x128x128,256x512x512,64x1024x1024} $kind) 2>&1 \
           | tail -12 | tee -a "$SUMMARY"
+      done ;;
+    stalls)  # warp-state samples per source line and SASS instruction (dev/stall_ledger.py)
+      for k in ${STALL_KERNELS:-probability_forward backward_staged}; do
+        (cd /tmp && timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats \
+          --import-source yes -k regex:$k -c 1 -f -o $OUT/stalls_$k \
+          python3 $REPO/dev/ncu_step.py ${STALL_SHAPE:-256x512x512}) > $OUT/stalls_$k.log 2>&1
+        ncu -i $OUT/stalls_$k.ncu-rep --page source --csv --print-source cuda,sass > /tmp/stalls_$k.csv 2>&1
+        python3 $REPO/dev/stall_ledger.py /tmp/stalls_$k.csv > $OUT/stalls_$k.txt 2>&1
+        gzip -c /tmp/stalls_$k.csv > $OUT/stalls_$k.csv.gz
+        say "stalls $k:"; head -30 $OUT/stalls_$k.txt | tee -a "$SUMMARY"
+        rm -f $OUT/stalls_$k.ncu-rep
       done ;;
     tests)
       (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" ${TEST_PATHS:-$REPO/tests}) > $OUT/pytest.log 2>&1

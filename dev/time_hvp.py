@@ -1,10 +1,16 @@
-"""Developer timing of a Hessian-vector product step on CUDA, linear and affine
-gaps: forward, backward with create_graph, and the backward of <W, gradient>
-(the double backward), CUDA events, median of 20 steps. Not the benchmark.
+"""Developer timing of a Hessian-vector product step, linear and affine gaps:
+forward, backward with create_graph, and the backward of <W, gradient> (the
+double backward). CUDA: CUDA events, median of 20 steps. CPU (--device cpu):
+the process's CPU time per step, the best of 30, and the training step's
+(forward, backward) the same way, with their ratio: on a shared machine CPU
+time is steadier than the wall clock; run with SOFTSW_NUM_THREADS=1 for the
+time of one thread. Not the benchmark.
 
     python dev/time_hvp.py [--shapes 64x256x256,16x1024x1024] [--profile]
+    SOFTSW_NUM_THREADS=1 python dev/time_hvp.py --device cpu --shapes 16x128x128
 """
 import argparse
+import time
 
 import torch
 
@@ -35,6 +41,36 @@ def time_step(B, M, N, gap_extend):
     return t, B * M * N / t / 1e9
 
 
+def cpu_times(B, M, N, gap_extend, reps=30):
+    """(training step, HVP step): the best CPU time of `reps` steps each."""
+    torch.set_num_threads(1)  # torch's own operations of the step (the loss)
+    gen = torch.Generator().manual_seed(0)
+    S = torch.randn(B, M, N, generator=gen).requires_grad_(True)
+    W = torch.randn(B, M, N, generator=gen)
+
+    def train():
+        S.grad = None
+        softsw.align(S, -1.0, 1.0, gap_extend=gap_extend).sum().backward()
+
+    def hvp():
+        S.grad = None
+        out = softsw.align(S, -1.0, 1.0, gap_extend=gap_extend)
+        (g,) = torch.autograd.grad(out.sum(), [S], create_graph=True)
+        (g * W).sum().backward()
+
+    best = []
+    for step in (train, hvp):
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(reps):
+            t0 = time.process_time()
+            step()
+            times.append(time.process_time() - t0)
+        best.append(min(times))
+    return best
+
+
 def profile_step(B, M, N, gap_extend):
     """The CUDA kernels of one step and their times (torch.profiler)."""
     S = torch.randn(B, M, N, device="cuda").requires_grad_(True)
@@ -58,10 +94,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="64x256x256,16x1024x1024")
     ap.add_argument("--profile", action="store_true", help="kernel times of one step")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
     for shape in args.shapes.split(","):
         B, M, N = (int(x) for x in shape.split("x"))
         for name, ext in (("linear", None), ("affine", -0.5)):
+            if args.device == "cpu":
+                train, hvp = cpu_times(B, M, N, ext)
+                print(f"cpu {shape:>14} {name:6s} training step {train * 1e3:7.3f} ms  "
+                      f"HVP step {hvp * 1e3:7.3f} ms  {hvp / train:5.2f}x", flush=True)
+                continue
             if args.profile:
                 print(f"== {shape} {name}", flush=True)
                 profile_step(B, M, N, ext)

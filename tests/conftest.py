@@ -187,3 +187,18 @@ def grads(out, inputs, weight=None, create_graph=False):
 
 def leaf(x: torch.Tensor) -> torch.Tensor:
     return x.detach().clone().requires_grad_(True)
+
+
+@pytest.fixture
+def two_cpu_threads():
+    """The CPU kernels at two threads (torch.set_num_threads) for the test. For
+    tests of pairs in SIMD groups: a batch is cut into max(ceil(pairs / 16),
+    threads) groups, so that with many threads a small batch would leave every
+    pair alone, and a test of "alone equals in a group" could not fail."""
+    pinned = os.environ.get("SOFTSW_NUM_THREADS")
+    if pinned not in (None, "", "2"):
+        pytest.skip(f"SOFTSW_NUM_THREADS={pinned} overrides torch.set_num_threads")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

@@ -69,7 +69,7 @@ def test_blocks_match_float64(gen, reduction, gap_tensor):
 
 @pytest.mark.parametrize("copies", [1, 3], ids=["narrow-groups", "wide-groups"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_alone_equals_batched(gen, reduction, copies):
+def test_alone_equals_batched(two_cpu_threads, gen, reduction, copies):
     """A pair alone (a group of one: the narrow rows, 8 lanes) against the
     same pair in a batch of 8 (groups of at most 8) or of 24 (groups of 12 or
     more: the wide rows, 16 lanes): the same bits."""

@@ -2,7 +2,8 @@
 
 At T > 0 with a float accumulator (float32, float16, bfloat16), the
 Hessian-vector product runs 16 pairs to a SIMD group: a tangent pass that
-keeps each pair's node tangents in its own blocks, then the reverse pass that
+keeps its rows of node tangents (in place for alike pairs, else in each pair's
+blocks: tangent_store.h), then the reverse pass that
 carries the adjoints and their tangents (affine gaps: the pairs inside the
 range rule of probability.h, weights from the probability-domain shares). A
 lone pair, an empty pair and an affine pair out of range take the scalar
@@ -199,6 +200,66 @@ def test_instruction_set_paths(seed, isa):
     here = os.path.dirname(__file__)
     env = dict(os.environ, SOFTSW_CPU_ISA=isa, SOFTSW_NUM_THREADS="3")
     proc = subprocess.run([sys.executable, "-c", ISA_SCRIPT, here, str(seed)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert proc.stdout.strip().endswith("OK")
+
+
+STORE_SCRIPT = textwrap.dedent("""
+    import sys, torch
+    sys.path.insert(0, sys.argv[1])
+    import test_cpu_double_backward as t
+    from conftest import fill_padding, randn
+    gen = torch.Generator().manual_seed(int(sys.argv[2]))
+    B, M, N = 16, 21, 25
+    # Alike pairs, shorter than the tensor: one thread runs all 16 in one group
+    # of W lanes and the first 8 in one group of narrow rows, their node
+    # tangents kept in place; a pair alone and three together keep them in
+    # their pairs' blocks (tangent_store.h).
+    lengths = torch.tensor([[17, 22]] * B)
+    batches = [torch.arange(B), torch.arange(8), torch.arange(5, 8)] + [
+        torch.tensor([k]) for k in (0, 9)]
+    for red in ("max", "soft"):
+        for gap_tensor in (False, True):
+            for T in (0.2, 1.0, 1e3):
+                out = t.compare(gen, B, M, N, T, red, gap_tensor, lengths=lengths, affine=True)
+                S = fill_padding(randn(gen, B, M, N).float().double(), lengths, gen)
+                gap = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) - 0.3
+                       ).float().double() if gap_tensor else -0.7
+                ext = (-torch.rand(B, M, N, generator=gen, dtype=torch.float64) * 0.5
+                       ).float().double() if gap_tensor else -0.3
+                w = torch.rand(B, generator=gen, dtype=torch.float64).float().double() + 0.5
+                V = randn(gen, B, M, N).float().double()
+                U = randn(gen, B, M, N).float().double() if gap_tensor else None
+
+                def run(idx):
+                    pick = lambda x: x[idx] if isinstance(x, torch.Tensor) else x
+                    return t.first_and_second(S[idx], pick(gap), T, lengths[idx], red, w[idx],
+                                              V[idx], pick(U), torch.float32, pick(ext))[0]
+
+                whole = run(batches[0])
+                for idx in batches[1:]:
+                    part = run(idx)
+                    for k, (a, b) in enumerate(zip(part, whole)):
+                        if k == len(part) - 1:  # d/d w: one entry a pair
+                            b = b[idx]
+                        else:
+                            b = b[idx] if b.dim() == 3 else b
+                        assert torch.equal(a, b), (red, gap_tensor, T, idx.tolist(), k)
+    print("OK")
+""")
+
+
+def test_tangent_store_layouts(seed):
+    """The affine double backward's node tangents kept in place (groups of
+    alike pairs, W lanes and narrow rows) and in each pair's blocks (a lone
+    pair, a small group): against float64 (max and soft, constant and
+    per-cell gaps with directions on them, T 0.2 to 1e3, lengths shorter than
+    the tensor), and bit for bit the same in every layout. One thread, so that
+    the groups are as named."""
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, SOFTSW_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", STORE_SCRIPT, here, str(seed)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert proc.stdout.strip().endswith("OK")

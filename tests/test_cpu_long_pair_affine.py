@@ -15,7 +15,11 @@ large and small temperatures inside the range rule; and against the same pair
 in a group of a batch: the same bits (its blocks hold whole chunks, so every
 cell is computed from the same values, and "soft" sums are folded in a
 group's order).
+
+The tests of a pair in a group run at two threads (conftest.two_cpu_threads).
 """
+import os
+
 import pytest
 import torch
 
@@ -48,13 +52,14 @@ def first_derivatives(S, go, ge, dtype, reduction, lengths, T=1.0, create_graph=
     return out, ins, grads
 
 
-def column_blocks(S, go, ge, lengths, T=1.0, reduction=0):
-    """The column blocks the raw forward's state of pair 0 says it ran on (0: a group)."""
+def column_blocks(S, go, ge, lengths, T=1.0, reduction=0, pair=0):
+    """The column blocks the raw forward's state of a pair says it ran on (0: a group)."""
     gt = [g.float() if isinstance(g, torch.Tensor) else None for g in (go, ge)]
     gv = [0.0 if isinstance(g, torch.Tensor) else g for g in (go, ge)]
     out = torch.ops.softsw.forward(S.float(), gt[0], gt[1], gv[0], gv[1], True, T, lengths,
                                    reduction, True)
-    return int(out[1][1].item())
+    _, rows, cols = S.shape
+    return int(out[1][pair * 3 * rows * cols + 1].item())
 
 
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
@@ -87,7 +92,7 @@ def test_matches_float64(gen, reduction, gap_tensor, T, scale):
 @pytest.mark.parametrize("gap_tensor", [False, True], ids=["constant-gaps", "gap-tensors"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("copies", [4, 24], ids=["narrow-groups", "wide-groups"])
-def test_alone_equals_group(gen, reduction, gap_tensor, copies):
+def test_alone_equals_group(two_cpu_threads, gen, reduction, gap_tensor, copies):
     """The pair alone (column blocks) and in a batch of copies (groups of 2
     or of 12: the narrow and the wide rows): scores (training and inference)
     and gradients, the same bits."""
@@ -95,6 +100,9 @@ def test_alone_equals_group(gen, reduction, gap_tensor, copies):
     o1, _, g1 = first_derivatives(S, go, ge, torch.float32, reduction, LENGTH)
     rep = [x.repeat(copies, 1, 1) if isinstance(x, torch.Tensor) else x for x in (S, go, ge)]
     lengths = LENGTH.repeat(copies, 1)
+    red = 0 if reduction == "max" else 1
+    assert column_blocks(S, go, ge, LENGTH, reduction=red) == 16
+    assert column_blocks(*rep, lengths, reduction=red, pair=copies - 1) == 0
     out, _, grads = first_derivatives(*rep, torch.float32, reduction, lengths)
     last = slice(copies - 1, copies)  # (the first may be alone on a thread)
     assert torch.equal(o1, out[last])
@@ -171,7 +179,7 @@ def test_small_region_after_blocks(gen):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_half_types(gen, dtype, reduction):
+def test_half_types(two_cpu_threads, gen, dtype, reduction):
     """Half types (float accumulate) take the same path: against float64 at
     their tolerance, and the same bits alone and in a group."""
     Mh, Nh = 20, 300
@@ -186,7 +194,26 @@ def test_half_types(gen, dtype, reduction):
     for name, a, e in zip(["d/d S", "d/d open", "d/d extend"], grads, ref):
         assert_close(a, e, dtype, name, tol=tol)
     rep = [x.repeat(4, 1, 1) for x in (S, go, ge)]
+    assert column_blocks(*rep, lengths.repeat(4, 1), pair=3) == 0
     out4, _, grads4 = first_derivatives(*rep, dtype, reduction, lengths.repeat(4, 1))
     assert torch.equal(out, out4[3:])
     for a, e in zip(grads, grads4):
         assert torch.equal(a, e[3:])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_torch_set_num_threads_bounds_the_kernels(gen, threads):
+    """torch.set_num_threads limits the CPU kernels as it does torch's own ops:
+    4 copies of a long pair make max(1, threads) groups, a pair alone in its
+    group runs on column blocks (16), one in a group of several does not (0)."""
+    if os.environ.get("SOFTSW_NUM_THREADS"):
+        pytest.skip("SOFTSW_NUM_THREADS overrides torch.set_num_threads")
+    S, go, ge = pair(gen, False)
+    rep = S.repeat(4, 1, 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        blocks = [column_blocks(rep, go, ge, LENGTH.repeat(4, 1), pair=b) for b in range(4)]
+    finally:
+        torch.set_num_threads(before)
+    assert blocks == ([16] * 4 if threads == 4 else [0] * 4), blocks

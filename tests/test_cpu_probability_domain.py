@@ -331,3 +331,24 @@ def test_lone_long_pair_on_column_blocks(gen, shape, T, reduction):
         (g64,) = torch.autograd.grad(ref.sum(), x64)
         assert_close(g, g64, torch.float32, f"gradient gap {gap}",
                      tol=grad_tol(torch.float32, M, N, T, ref.abs().max().item()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_training_forward_gives_inference_bits(gen, reduction, affine, dtype):
+    """The score of a forward that keeps state (a training step) has the bits of
+    inference's: groups of pairs and a lone long pair on column blocks. ("max"
+    with state also finds its argmax from every cell's H; the score still comes
+    from the largest Z, as at inference.)"""
+    ext = -0.2 if affine else None
+    for B, M, N, scale in ((37, 9, 11, 1.0), (37, 30, 41, 2.0), (1, 40, 700, 1.0)):
+        for _ in range(5):
+            S = randn(gen, B, M, N, scale=scale).to(dtype)
+            lengths = rand_lengths(gen, B, M, N) if B > 1 else None
+            with torch.no_grad():
+                inference = softsw.align(S, -0.7, 0.6, gap_extend=ext, lengths=lengths,
+                                         reduction=reduction)
+            training = softsw.align(S.clone().requires_grad_(), -0.7, 0.6, gap_extend=ext,
+                                    lengths=lengths, reduction=reduction)
+            assert torch.equal(inference, training.detach()), (B, M, N)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import softsw
-from conftest import HAS_CUDA, assert_close, grad_tol, grads, leaf, rand_lengths, randn, score_tol
+from conftest import (HAS_CUDA, assert_close, grad_tol, grads, hvp_tol, leaf, rand_lengths, randn,
+                      score_tol)
 from helpers import quantized
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")]
@@ -195,3 +196,52 @@ def test_inference_forward_matches_training_forward(gen, T, reduction, gap_exten
         else:
             assert_close(inference, training, torch.float32, "score",
                          tol=score_tol(torch.float32, M, N))
+
+
+def _step_and_hvp(S, T, ext, lengths, reduction, V):
+    """Score, its gradient to the scores and the Hessian-vector product
+    d <d score / d S, V> / d S (gap -1: a constant, the kernels' fast paths),
+    on S's device and dtype."""
+    x = leaf(S)
+    out = softsw.align(x, -1.0, T, gap_extend=ext, lengths=lengths, reduction=reduction)
+    w = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype, device=out.device)
+    gs, = torch.autograd.grad((out * w).sum(), [x], create_graph=True)
+    hs, = torch.autograd.grad((gs * V).sum(), [x])
+    return [out, gs, hs]
+
+
+# The CPU's float32 passes (the probability domain in SIMD groups of 16 pairs
+# and a half group, a lone long pair on column blocks; the log domain for
+# pairs outside the range rule) and the CUDA kernels each stay within the
+# float32 tolerance of the float64 CPU kernel on the same inputs, hence within
+# twice it of each other.
+CPU_PATH_CASES = {
+    # 37 pairs: two groups of 16 and a half group; T 1: the probability domain
+    "groups": (37, 90, 110, 1.0),
+    # |S| / T ~ 30 kernel units: outside the range rule, the log domain
+    "groups-out-of-range": (37, 90, 110, 0.05),
+    # one pair, long enough for column blocks
+    "lone-long-pair": (1, 300, 700, 1.0),
+}
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+@pytest.mark.parametrize("case", list(CPU_PATH_CASES), ids=str)
+def test_cpu_and_cuda_float32_kernels_agree(gen, case, affine, reduction):
+    B, M, N, T = CPU_PATH_CASES[case]
+    S = randn(gen, B, M, N).float().double()
+    V = randn(gen, B, M, N).float().double()
+    ext = -0.5 if affine else None
+    lengths = rand_lengths(gen, B, M, N) if B > 1 else None
+    ref = _step_and_hvp(S, T, ext, lengths, reduction, V)
+    cpu = _step_and_hvp(S.float(), T, ext, lengths, reduction, V.float())
+    on_device = lengths.cuda() if lengths is not None else None
+    cuda = _step_and_hvp(S.float().cuda(), T, ext, on_device, reduction, V.float().cuda())
+    big = ref[0].abs().max().item()
+    tols = [score_tol(torch.float32, M, N), grad_tol(torch.float32, M, N, T, big),
+            hvp_tol(torch.float32, M, N, T, big)]
+    for name, r, c, d, tol in zip(["score", "d/d scores", "hvp"], ref, cpu, cuda, tols):
+        assert_close(c, r, torch.float32, f"{name} (cpu)", tol=tol)
+        assert_close(d, r, torch.float32, f"{name} (cuda)", tol=tol)
+        assert_close(d, c, torch.float32, f"{name} (cuda vs cpu)", tol=2 * tol)

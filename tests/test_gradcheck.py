@@ -203,22 +203,26 @@ def test_backward_twice_with_retain_graph(device, gen):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
 def test_eager_autograd_matches_registered_autograd(device, gen, affine):
-    """softsw.align differentiates eager calls through its own autograd.Function
+    """softsw.align differentiates eager calls through its own autograd.Functions
     and torch.ops.softsw.forward through the torch.library registration: the
-    same kernels, so gradients and Hessian-vector products agree bit for bit."""
+    same kernels, so gradients and Hessian-vector products agree bit for bit,
+    also for a loss on one of the first derivatives only (the eager backward
+    hands the double backward None for the other, the registration zeros)."""
     B, M, N = 3, 19, 23
     S = randn(gen, B, M, N, device=device)
     go = randn(gen, B, M, 1, device=device, scale=0.1, shift=-0.7)
     ext = -0.2 if affine else None
     v = randn(gen, B, M, N, device=device)
+    u = randn(gen, B, M, 1, device=device)
     lengths = rand_lengths(gen, B, M, N).to(device)
 
     def derivatives(score_of):
         x, g = leaf(S), leaf(go)
         out = score_of(x, g)
         gx, gg = torch.autograd.grad(out.sum(), (x, g), create_graph=True)
-        hx, hg = torch.autograd.grad((gx * v).sum(), (x, g))
-        return out.detach(), gx.detach(), gg.detach(), hx, hg
+        hvps = [torch.autograd.grad(loss, (x, g), retain_graph=True, allow_unused=True)
+                for loss in ((gx * v).sum(), (gg * u).sum(), (gx * v).sum() + (gg * u).sum())]
+        return [out.detach(), gx.detach(), gg.detach()] + [h for pair in hvps for h in pair]
 
     eager = derivatives(lambda x, g: softsw.align(x, g, 0.7, gap_extend=ext, lengths=lengths,
                                                   reduction="soft"))

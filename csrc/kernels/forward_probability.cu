@@ -121,16 +121,14 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
 // STATE: a training forward (H of every cell to `hidden`, the argmax).
 // The staging (8.4 KB a warp for float and one row per lane, twice that for
-// double or two rows, four times for four rows) lets 6 blocks of 4 warps (3
-// for double or two rows, 1 for four rows) share an SM: registers up to that
-// occupancy (5 for 2-byte scores, whose staging code needs more, and for a
-// training forward).
+// double or two rows) lets 6 blocks of 4 warps (3 for double or two rows)
+// share an SM: registers up to that occupancy (5 for 2-byte scores, whose
+// staging code needs more, and for a training forward).
 template <typename T, typename A, int R, bool SOFT, bool STATE>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
-                                  R == 4                       ? 1
-                                  : sizeof(A) == 8 || R > 1    ? 3
-                                  : sizeof(T) == 2 || STATE    ? 5
-                                                               : 6)
+                                  sizeof(A) == 8 || R > 1    ? 3
+                                  : sizeof(T) == 2 || STATE  ? 5
+                                                             : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   constexpr int kGroup = kGroupSteps;
   static_assert(kChunkSteps % kGroup == 0, "a chunk holds whole groups");
@@ -540,16 +538,13 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       launch_persistent<probability_forward<T, A, R, soft(), state()>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
-    // Rows per lane as rows_per_thread says (one with state; more only in
-    // float).
+    // Rows per lane as rows_per_thread says: one with state, and in double;
+    // one or two in float without.
     auto with_state = [&](auto soft) {
       if (args.hidden) return launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
-      if constexpr (sizeof(A) == 4) {
+      if constexpr (sizeof(A) == 4)
         if (rows_per_thread(p) == 2)
           return launch(std::integral_constant<int, 2>{}, soft, std::false_type{});
-        if (rows_per_thread(p) == 4)
-          return launch(std::integral_constant<int, 4>{}, soft, std::false_type{});
-      }
       launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
     };
     if (args.soft_reduction) with_state(std::true_type{});

@@ -32,11 +32,12 @@
 // Two ways to apply it, both exact: the CPU kernels check the bound on a
 // pair's scores before they start and run the pair in one domain; the CUDA
 // forward (forward_probability.cu), which cannot afford a pass over the
-// scores first, keeps the gap bound, computes a group of steps (8), checks
-// that every value
-// is finite and otherwise undoes them and continues in the log domain. A
-// weight below the bound only loses what is negligible (see above), so
-// overflow is the one thing to detect there. The two may therefore choose
+// scores first, keeps the gap bound, computes a group of steps
+// (kGroupSteps), checks that every value is finite and below the top binade
+// (renormalising a value there would flush it to 0), and otherwise undoes the
+// group and continues in the log domain. A weight below the bound only loses
+// what is negligible (see above), so overflow is the one thing to detect
+// there. The two may therefore choose
 // different domains for a pair near the bound; the scores agree to rounding.
 #pragma once
 

@@ -39,6 +39,9 @@ struct Problem {
   // False for a forward whose per-cell state nobody reads (inference): the
   // kernels may then pick a work split that need not match the backward's.
   bool keeps_state = true;
+  // CPU: the most threads the kernels may use (the op layer passes
+  // torch.get_num_threads()); 0: every CPU this process may run on.
+  int cpu_threads = 0;
 };
 
 // What the forward writes. `hidden` is what the backward passes read back:

@@ -237,20 +237,20 @@ constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 
 // Rows per lane of the probability-domain forward without state: two in
 // float, one in double (two staging slots of 64 rows of doubles would leave
-// one block per SM); SOFTSW_PROBABILITY_ROWS=1 or 4 forces one or four in
-// float (for benchmarks of the choice). More rows share the step's per-lane
-// work (shuffles, band edges, the group check and renormalisation) among
-// more cells: in the unchecked chunks about 25 instructions a cell at one
-// row, 18 at two, 14 at four (sm_90 SASS); and a tall pair has fewer bands.
-// The staging grows with the rows (3 blocks per SM at two rows, 1 at four).
-// Measured on the H200 (fp32, 2026-12-05): two rows 7-18 % faster than one
-// at 128 to 16384 rows, four slower than one. A
-// forward with state runs one: every pass over the state follows its band
+// one block per SM); SOFTSW_PROBABILITY_ROWS=1 forces one in float (for
+// benchmarks of the choice). More rows share the step's per-lane work
+// (shuffles, band edges, the group check and renormalisation) among more
+// cells: in the unchecked chunks about 25 instructions a cell at one row, 18
+// at two (sm_90 SASS); and a tall pair has fewer bands. The staging grows
+// with the rows (3 blocks per SM at two rows). Measured on the H200 (fp32,
+// 2026-12-05): two rows 7-18 % faster than one at 128 to 16384 rows; four
+// (14 instructions a cell, one block per SM) slower than one, so not built.
+// A forward with state runs one: every pass over the state follows its band
 // layout.
 inline int probability_inference_rows(const Problem& p) {
   static const int rows = [] {
     const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
-    return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 2;
+    return e && e[0] == '1' && e[1] == 0 ? 1 : 2;
   }();
   return accumulates_in_double(p.dtype) ? 1 : rows;
 }
@@ -263,9 +263,9 @@ inline int probability_inference_rows(const Problem& p) {
 // the choice).
 inline int rows_per_thread(const Problem& p) {
   // Measured on the H200: one row per lane (4x the warps) is faster for every
-  // inference shape, linear or affine.
-  // So does a forward in the probability domain, and then every pass over its
-  // state (the band layout of `hidden` follows the rows per lane).
+  // log-domain inference shape, linear or affine. A forward in the
+  // probability domain runs one row with state (every pass over the state
+  // follows its band layout) and probability_inference_rows without.
   if (runs_probability_forward(p)) return p.keeps_state ? 1 : probability_inference_rows(p);
   if (!p.keeps_state) return 1;
   if (p.affine) {

@@ -170,7 +170,9 @@ torch.library.register_autograd(
     "softsw::forward", _forward_backward, setup_context=_forward_setup_context)
 
 
-def _backward_setup_context(ctx, inputs, output):
+# The autograd of ``softsw::backward``: its backward is ``softsw::double_backward``.
+# Shared by the registration below, ``BackwardFunction`` and ``api._EagerBackward``.
+def backward_setup_context(ctx, inputs, output):
     (grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value, affine,
      temperature, lengths, reduction, hidden, argmax, total) = inputs
     ctx.has_gap_open = gap_open is not None
@@ -180,7 +182,7 @@ def _backward_setup_context(ctx, inputs, output):
                           total)
 
 
-def _backward_backward(ctx, gg_scores, gg_open, gg_extend):
+def backward_backward(ctx, gg_scores, gg_open, gg_extend):
     grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax, total = ctx.saved_tensors
     gap_open_value, gap_extend_value, affine, temperature, reduction = ctx.floats
     gg_open = gg_open if ctx.has_gap_open else None
@@ -198,7 +200,7 @@ def _backward_backward(ctx, gg_scores, gg_open, gg_extend):
 
 
 torch.library.register_autograd(
-    "softsw::backward", _backward_backward, setup_context=_backward_setup_context)
+    "softsw::backward", backward_backward, setup_context=backward_setup_context)
 
 
 # --------------------------------------------------------------------------
@@ -262,7 +264,7 @@ class BackwardFunction(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        _backward_setup_context(ctx, inputs, output)
+        backward_setup_context(ctx, inputs, output)
         (grad_score, scores, gap_open, gap_extend, _, _, _, _, lengths, _, hidden, argmax,
          total) = inputs
         ctx.save_for_forward(grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax,
@@ -270,7 +272,7 @@ class BackwardFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gg_scores, gg_open, gg_extend):
-        return _backward_backward(ctx, gg_scores, gg_open, gg_extend)
+        return backward_backward(ctx, gg_scores, gg_open, gg_extend)
 
     @staticmethod
     def jvp(ctx, d_grad_score, d_scores, d_open, d_extend, *_):

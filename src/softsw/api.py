@@ -290,7 +290,43 @@ class _EagerForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_score):
-        return _ops.backward_of_forward(ctx, grad_score) + (None, None)
+        backward_op = _eager_backward if torch.is_grad_enabled() else None
+        return _ops.backward_of_forward(ctx, grad_score, backward_op) + (None, None)
+
+
+class _EagerBackward(torch.autograd.Function):
+    """Autograd of ``softsw::backward`` for the backward of plain eager calls
+    of :func:`align` that records a graph (``create_graph=True``, as a
+    Hessian-vector product does): the same op and the same double backward
+    (``_ops.backward_backward``) as the ``torch.library`` registration, whose
+    eager wrapper reads the op schema again on every call (see
+    :class:`_EagerForward`). Non-tensor arguments in one tuple, ``floats``.
+    A gradient of an output the loss does not use arrives as None, and the
+    double backward takes None for a zero direction: no zeros are made."""
+
+    @staticmethod
+    def forward(ctx, grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax, total,
+                floats):
+        gap_open_value, gap_extend_value, affine, temperature, reduction = floats
+        inputs = (grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+                  affine, temperature, lengths, reduction, hidden, argmax, total)
+        ctx.set_materialize_grads(False)
+        _ops.backward_setup_context(ctx, inputs, None)
+        return _ops.backward_without_autograd(*inputs)
+
+    @staticmethod
+    def backward(ctx, gg_scores, gg_open, gg_extend):
+        ggs, hvp_scores, hvp_open, hvp_extend = _ops.backward_backward(
+            ctx, gg_scores, gg_open, gg_extend)[:4]
+        return ggs, hvp_scores, hvp_open, hvp_extend, None, None, None, None, None
+
+
+def _eager_backward(grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+                    affine, temperature, lengths, reduction, hidden, argmax, total):
+    # backward_of_forward's `backward_op`, through _EagerBackward.
+    return _EagerBackward.apply(
+        grad_score, scores, gap_open, gap_extend, lengths, hidden, argmax, total,
+        (gap_open_value, gap_extend_value, affine, temperature, reduction))
 
 
 def alignment(scores: torch.Tensor, gap_open: GapScore = -1.0, temperature: float = 1.0, *,

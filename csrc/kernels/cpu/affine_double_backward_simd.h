@@ -10,11 +10,13 @@
 // for the row below (tangent pass) or above (reverse pass); a cell's 11 weights are ratios of its shares, its left neighbour's
 // and the shares of the cell above (affine_weights_of_shares, the formulas
 // of affine_row_weights.h). A lane only counts the cells of its region: out
-// of it, and at a C the forward flushed to -inf, the weights are 0 and the
-// shares a boundary cell's.
+// of it, and at a C the forward flushed to -inf, the weights are 0 (and the
+// reverse pass's shares a boundary cell's).
 //
 // Tangents. The tangent pass writes the five node tangents (C, U, L, A, B) of
-// each row, kept per pair in five (mr, nr) blocks for the reverse pass.
+// each row into a TangentRowStore (tangent_store.h), where the reverse pass
+// reads them: in place for a group of alike pairs, else in each pair's
+// blocks.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include "reverse_affine_simd.h"
 #include "setup.h"
 #include "simd.h"
+#include "tangent_store.h"
 
 #if SOFTSW_CPU_VECTOR
 namespace softsw::cpu::simd {
@@ -40,7 +43,8 @@ struct AffineShareRow {
   float *start, *d, *u, *l, *c;
 };
 
-// The node tangents of one row at j * W (col 0: 0).
+// The node tangents of one row at j * LANES, the row kernels' lane stride
+// (col 0: 0; tangent_store.h).
 struct AffineTangentRow {
   float *c, *u, *l, *a, *b;
 };
@@ -152,23 +156,24 @@ SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32
     const I jv = X::splati(j);
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const int64_t t = int64_t(j) * LANES + k * VL, t1 = t - LANES;  // tangent rows
       const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
       Fl w[R::kCount];
       affine_lane_weights<VL>(r, c, ok, w);
       const F d_open = X::load(r.dir_o + c1), d_ext = X::load(r.dir_e + c1);
-      const F dd = X::load(r.t_up.c + c1) + X::load(r.dir_s + c1);
-      const F ud = w[R::kUo].v * (X::load(r.t_up.a + c) + d_open) +
-                   w[R::kUe].v * (X::load(r.t_up.u + c) + d_ext);
+      const F dd = X::load(r.t_up.c + t1) + X::load(r.dir_s + c1);
+      const F ud = w[R::kUo].v * (X::load(r.t_up.a + t) + d_open) +
+                   w[R::kUe].v * (X::load(r.t_up.u + t) + d_ext);
       const F ld = w[R::kLo].v * (b_left[k] + d_open) + w[R::kLe].v * (l_left[k] + d_ext);
       const F cd = X::sel(ok, w[R::kC1].v * dd + w[R::kC2].v * ud + w[R::kC3].v * ld, zero);
       const F ad = X::sel(ok, w[R::kA1].v * dd + w[R::kA2].v * ld, zero);
       const F bd = X::sel(ok, w[R::kB1].v * dd + w[R::kB2].v * ud, zero);
       const F um = X::sel(ok, ud, zero), lm = X::sel(ok, ld, zero);
-      X::store(r.t.c + c, cd);
-      X::store(r.t.u + c, um);
-      X::store(r.t.l + c, lm);
-      X::store(r.t.a + c, ad);
-      X::store(r.t.b + c, bd);
+      X::store(r.t.c + t, cd);
+      X::store(r.t.u + t, um);
+      X::store(r.t.l + t, lm);
+      X::store(r.t.a + t, ad);
+      X::store(r.t.b + t, bd);
       b_left[k] = bd;
       l_left[k] = lm;
       if constexpr (SOFT)
@@ -214,6 +219,7 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
     const I jv = X::splati(j);
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
+      const int64_t t = int64_t(j) * LANES + k * VL, t1 = t - LANES;  // tangent rows
       const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
       Fl wv[R::kCount];
       affine_lane_weights<VL>(r, c, ok, wv);
@@ -230,18 +236,18 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
       const F el = r_l[k] + ec * w[R::kC3] + ea * w[R::kA2];
       const F ed = ec * w[R::kC1] + ea * w[R::kA1] + eb * w[R::kB1];
       // The weights' tangents.
-      const F cd = X::load(r.t.c + c), ud = X::load(r.t.u + c), ld = X::load(r.t.l + c);
-      const F ad = X::load(r.t.a + c), bd = X::load(r.t.b + c);
+      const F cd = X::load(r.t.c + t), ud = X::load(r.t.u + t), ld = X::load(r.t.l + t);
+      const F ad = X::load(r.t.a + t), bd = X::load(r.t.b + t);
       const F d_open = X::load(r.dir_o + c1), d_ext = X::load(r.dir_e + c1);
-      const F dd = X::load(r.t_up.c + c1) + X::load(r.dir_s + c1);
+      const F dd = X::load(r.t_up.c + t1) + X::load(r.dir_s + c1);
       const F c1d = w[R::kC1] * (dd - cd) * it, c2d = w[R::kC2] * (ud - cd) * it;
       const F c3d = w[R::kC3] * (ld - cd) * it;
       const F a1d = w[R::kA1] * (dd - ad) * it, a2d = w[R::kA2] * (ld - ad) * it;
       const F b1d = w[R::kB1] * (dd - bd) * it, b2d = w[R::kB2] * (ud - bd) * it;
-      const F uod = w[R::kUo] * (X::load(r.t_up.a + c) + d_open - ud) * it;
-      const F ued = w[R::kUe] * (X::load(r.t_up.u + c) + d_ext - ud) * it;
-      const F lod = w[R::kLo] * (X::load(r.t.b + c1) + d_open - ld) * it;
-      const F led = w[R::kLe] * (X::load(r.t.l + c1) + d_ext - ld) * it;
+      const F uod = w[R::kUo] * (X::load(r.t_up.a + t) + d_open - ud) * it;
+      const F ued = w[R::kUe] * (X::load(r.t_up.u + t) + d_ext - ud) * it;
+      const F lod = w[R::kLo] * (X::load(r.t.b + t1) + d_open - ld) * it;
+      const F led = w[R::kLe] * (X::load(r.t.l + t1) + d_ext - ld) * it;
       // The adjoints' tangents.
       F e0d = zero;
       if constexpr (SOFT) e0d = e0 * (cd - sdot[k]) * it;
@@ -289,6 +295,7 @@ struct AffineTangentRowFns {
   void (*tangent)(const AffineTangentRows&, int32_t, int32_t, const ReverseLanes&);
   void (*reverse)(const AffineTangentRows&, const AffineTangentMessages&, int32_t, int32_t,
                   const ReverseLanes&, const float*, float);
+  int lanes;  // the lane stride of the tangent rows (AffineTangentRow)
 };
 
 #define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL, LANES)                                       \
@@ -307,7 +314,7 @@ struct AffineTangentRowFns {
                                float inv_t) {                                                     \
       affine_reverse_tangent_row_body<VL, SOFT, LANES>(r, m, n, i, ln, sdot, inv_t);              \
     }                                                                                             \
-    static AffineTangentRowFns fns() { return {&mask, &tangent, &reverse}; }                      \
+    static AffineTangentRowFns fns() { return {&mask, &tangent, &reverse, LANES}; }                      \
   };
 SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4, W)
 SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaselineNarrow, , 4, W / 2)
@@ -344,8 +351,7 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   const T* dir_o[W] = {};
   const T* dir_e[W] = {};
   GapView<T> go[W], ge[W];
-  int64_t lane_nr[W], tan_at[W];
-  int64_t cells = 0;
+  int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   for (int l = 0; l < count; ++l) {
     const ReversePair& q = pairs[l];
@@ -356,17 +362,18 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {io.hvp_s, io.hvp_g, io.hvp_e})
       if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
-    tan_at[l] = cells;
-    cells += q.mr * q.nr;
   }
-  // Each pair's five tangent blocks: plane k of lane l at tan_at[l] * 5 + k * mr * nr.
-  float* tan_store = sc.tangents.get(5 * cells);
+  // The node tangents of every row, planes C, U, L, A, B.
+  TangentRowStore<5> tangents(pairs, count, mg, ng, fns.lanes);
+  float* tangent_mem = sc.tangent_rows.get(static_cast<int64_t>(tangents.floats()) + 16);
+  while (reinterpret_cast<uintptr_t>(tangent_mem) % 64 != 0) ++tangent_mem;
+  tangents.bind(tangent_mem);
 
   // The cells' shares from the forward run again (AffineShareBlocks): from
   // row 0 for the tangent pass, from the checkpoints for the reverse pass.
   AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
   const int64_t stride = blocks.stride();  // its rows span whole chunks: >= (ng + 1) W
-  constexpr int kRows = 2 * 5 + 2 + 3 + 2 * 5 + 12 + 3;
+  constexpr int kRows = 2 * 5 + 2 + 3 + 12 + 3;
   std::vector<float>& mem = sc.lanes;
   mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 32), 0.0f);
   float* base = mem.data();
@@ -381,8 +388,6 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   AffineShareRow up{take(), take(), take(), take(), take()};
   float *open = take(), *extend = take();
   float *ws = take(), *wo = take(), *we = take();
-  AffineTangentRow t{take(), take(), take(), take(), take()};
-  AffineTangentRow t_up{take(), take(), take(), take(), take()};
   float *in[6], *out[6];
   for (int k = 0; k < 6; ++k) in[k] = take();
   for (int k = 0; k < 6; ++k) out[k] = take();
@@ -392,8 +397,10 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   blocks.bind(next);
 
   // Row r of each lane's `src` (nullptr: skipped) into `dst` at (j - 1) * W,
-  // times `scale`; lanes without row r get 0.
+  // times `scale`; lanes without row r get 0. A direction not given at all
+  // stays the zero row it starts as.
   auto gather = [&](const T* const* src, int64_t r, float scale, float* dst) {
+    if (std::all_of(src, src + count, [](const T* a) { return a == nullptr; })) return;
     const T* row[W] = {};
     for (int l = 0; l < count; ++l) {
       if (src[l] && r <= pairs[l].mr) {
@@ -404,8 +411,15 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     }
     interleave_rows_of(dst, row, lane_nr, count, scale);
   };
-  // Row r's shares into `sh`, masked (row 0: the boundary's): the next row
-  // of the forward from row 0 (`from_top`), or from the block holding r.
+  // Row r's shares into `sh` (row 0: the boundary's): the next row of the
+  // forward from row 0 (`from_top`, the tangent pass), or the row of the
+  // block holding r, masked as it is copied (the reverse pass: the block's
+  // rows are the next block's after the next call). The mask is for the
+  // copy's sake: the row kernels give a cell out of its lane's region zero
+  // weights and messages whatever its shares, and a cell inside reads the
+  // shares of cells inside or on the boundary only (a C the forward flushed
+  // has a boundary's shares from the forward itself, forward_probability.h), so the
+  // tangent pass takes the forward's rows as they are.
   auto shares = [&](int64_t r, const AffineShareRow& sh, bool from_top) {
     if (r == 0) {
       std::fill(sh.start + W, sh.start + stride, 1.0f);
@@ -414,14 +428,13 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
       return;
     }
     // (Cols 1..ng are written; col 0 stays the boundary.)
-    AffineShareRow src = sh;
     if (from_top) {
       blocks.step(r, AffineShareRows{sh.start, sh.d, sh.u, sh.l, sh.c});
-    } else {
-      const AffineShareRows b = blocks.row(r);
-      src = AffineShareRow{b.start, b.d, b.u, b.l, b.e0};
+      return;
     }
-    fns.mask(src, sh, static_cast<int32_t>(ng), static_cast<int32_t>(r), ln);
+    const AffineShareRows b = blocks.row(r);
+    fns.mask(AffineShareRow{b.start, b.d, b.u, b.l, b.e0}, sh, static_cast<int32_t>(ng),
+             static_cast<int32_t>(r), ln);
   };
   const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
   if (!gap_tensor) {
@@ -442,28 +455,8 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     gather(dir_o, i, 1.0f, wo);
     gather(dir_e, i, 1.0f, we);
   };
-  // Row r of every tangent plane to or from each lane's blocks.
-  auto tangent_rows = [&](int64_t r, int plane, float** rows) {
-    for (int l = 0; l < count; ++l) {
-      const int64_t mr = pairs[l].mr, nr = lane_nr[l];
-      rows[l] = r >= 1 && r <= mr ? tan_store + 5 * tan_at[l] + plane * mr * nr + (r - 1) * nr
-                                  : nullptr;
-    }
-  };
-  auto planes_of = [](const AffineTangentRow& tr) {
-    return std::array<float*, 5>{tr.c, tr.u, tr.l, tr.a, tr.b};
-  };
-  auto load_tangents = [&](int64_t r, const AffineTangentRow& tr) {
-    const auto planes = planes_of(tr);
-    for (int k = 0; k < 5; ++k) {
-      std::fill(planes[k] + W, planes[k] + stride, 0.0f);
-      if (r == 0) continue;
-      float* rows[W] = {};
-      tangent_rows(r, k, rows);
-      const float* src[W] = {};
-      for (int l = 0; l < W; ++l) src[l] = rows[l];
-      interleave_rows(planes[k] + W, src, lane_nr, count, 1.0f);
-    }
+  auto row_of = [](const TangentRowStore<5>::Row& planes) {
+    return AffineTangentRow{planes[0], planes[1], planes[2], planes[3], planes[4]};
   };
   alignas(64) float sdot[W] = {};
 
@@ -472,32 +465,27 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   for (int64_t i = 1; i <= mg; ++i) {
     shares(i, here, true);
     inputs(i);
-    const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, sdot};
+    const AffineTangentRows rows{here,  up, open, extend, ws, wo, we, row_of(tangents.put(i)),
+                                 row_of(tangents.up(i)), sdot};
     fns.tangent(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
-    const auto planes = planes_of(t);
-    for (int k = 0; k < 5; ++k) {
-      float* dst[W] = {};
-      tangent_rows(i, k, dst);
-      deinterleave_rows(dst, planes[k] + W, lane_nr, count);
-    }
+    tangents.kept(i);
     std::swap(here, up);
-    std::swap(t, t_up);
   }
   // grad_grad_score = <W, P>: the seeds' tangent (soft), or Cdot at the
   // region's corner (max).
   for (int l = 0; l < count; ++l) {
     const ReversePair& q = pairs[l];
-    if (!su.soft_reduction) sdot[l] = tan_store[5 * tan_at[l] + q.mr * q.nr - 1];
+    if (!su.soft_reduction) sdot[l] = tangents.at(l, 0, q.mr, q.nr);
     st(io.grad_grad_score, q.b, sdot[l]);
   }
 
   // Reverse pass, last row up.
   for (float* a : in) std::fill(a, a + stride, 0.0f);
   shares(mg, here, false);
-  load_tangents(mg, t);
+  AffineTangentRow t = row_of(tangents.get(mg));
   for (int64_t i = mg; i >= 1; --i) {
     shares(i - 1, up, false);
-    load_tangents(i - 1, t_up);
+    const AffineTangentRow t_up = row_of(tangents.get(i - 1));
     inputs(i);
     const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, nullptr};
     const AffineTangentMessages msg{in[0],  in[1],  in[2],  in[3],
@@ -511,7 +499,7 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     scatter_row(su, pairs, count, i, lane_nr, oe, io.hvp_e);
     for (int k = 0; k < 6; ++k) std::swap(in[k], out[k]);
     std::swap(here, up);
-    std::swap(t, t_up);
+    t = t_up;
   }
 }
 

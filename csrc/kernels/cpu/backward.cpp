@@ -383,6 +383,7 @@ void double_backward_impl(const Problem& p, const DoubleBackwardArgs& args) {
 }  // namespace cpu
 
 void backward_cpu(const Problem& problem, const BackwardArgs& args) {
+  const cpu::ThreadLimit limit(problem.cpu_threads);
   switch (problem.dtype) {
     case Dtype::Float16: return cpu::backward_impl<cpu::Half>(problem, args);
     case Dtype::BFloat16: return cpu::backward_impl<cpu::BFloat16>(problem, args);
@@ -392,6 +393,7 @@ void backward_cpu(const Problem& problem, const BackwardArgs& args) {
 }
 
 void double_backward_cpu(const Problem& problem, const DoubleBackwardArgs& args) {
+  const cpu::ThreadLimit limit(problem.cpu_threads);
   switch (problem.dtype) {
     case Dtype::Float16: return cpu::double_backward_impl<cpu::Half>(problem, args);
     case Dtype::BFloat16: return cpu::double_backward_impl<cpu::BFloat16>(problem, args);

@@ -193,6 +193,7 @@ void forward_impl(const Problem& p, const ForwardOutputs& out) {
 }  // namespace cpu
 
 void forward_cpu(const Problem& problem, const ForwardOutputs& out) {
+  const cpu::ThreadLimit limit(problem.cpu_threads);
   switch (problem.dtype) {
     case Dtype::Float16: return cpu::forward_impl<cpu::Half>(problem, out);
     case Dtype::BFloat16: return cpu::forward_impl<cpu::BFloat16>(problem, out);

@@ -283,7 +283,6 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRowsOf<A>& r, Probabil
             best_h[k] = X::sel(upd, h, best_h[k]);
             bi[k] = X::seli(upd, iv, bi[k]);
             bj[k] = X::seli(upd, jv, bj[k]);
-            continue;
           }
         }
         F counted = z.v;
@@ -296,7 +295,7 @@ SOFTSW_VINLINE void probability_row_body(const ProbabilityRowsOf<A>& r, Probabil
       ed[k] = eu;
       zl[k] = left.v;
       el[k] = o;
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);
+      fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);  // with state too: the score (below)
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -428,7 +427,6 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRowsOf<A>& r,
             best_h[k] = X::sel(upd, h, best_h[k]);
             bi[k] = X::seli(upd, iv, bi[k]);
             bj[k] = X::seli(upd, X::splati(j), bj[k]);
-            continue;
           }
         }
         F counted = z;
@@ -447,7 +445,7 @@ SOFTSW_VINLINE void probability_affine_row_body(const ProbabilityRowsOf<A>& r,
         if constexpr (STATE) X::store(r.chunk_sum_h + q * W + lane, red_h);
         continue;
       }
-      if constexpr (!(STATE && !SOFT)) fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);
+      fold_chunk<VL, SOFT, A>(red, o, best_m[k], best_e[k]);  // with state too: the score (below)
       if constexpr (STATE && SOFT) fold_chunk<VL, true, A>(red_h, o, h_m[k], h_e[k]);
     }
   }
@@ -878,16 +876,18 @@ void probability_group(const Setup<T>& su, const int64_t* pairs, int count,
   A* total = static_cast<A*>(out.total);
   for (int l = 0; l < count; ++l) {
     const int64_t b = pairs[l];
-    PairTotal<A> t;  // score = expo + log2(mant); 0 when no cell beats the boundary
+    // score = expo + log2(mant), 0 when no cell beats the boundary: with
+    // state too, so that a training forward gives inference's bits (its
+    // largest H, a log2 of every cell, can differ from log2 of the largest
+    // Z in the last bit); the argmax is that H's cell.
+    PairTotal<A> t;
     int64_t argmax = -1;
-    if (hidden && !su.soft_reduction) {
-      t.base = ln.best[l];
-      if (ln.bi[l] > 0 && p.reduction == Reduction::Max)
-        argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
-    } else if (ln.mant[l] > A(0)) {
+    if (ln.mant[l] > A(0)) {
       t.base = static_cast<A>(ln.expo[l]);
       t.log2sum = CpuMath::log2(ln.mant[l]);
     }
+    if (hidden && !su.soft_reduction && ln.bi[l] > 0 && p.reduction == Reduction::Max)
+      argmax = (int64_t(ln.bi[l]) - 1) * N + (ln.bj[l] - 1);
     t.store(total, b);
     st(static_cast<T*>(out.score), b, t.value() * su.unit);
     out.argmax[b] = argmax;
@@ -929,11 +929,11 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
   using A = Acc<T>;
   const Problem& p = su.p;
   const int64_t N = su.N;
-  if (state && !su.soft_reduction) {
-    // "max" with state: the largest H over the lanes, the first in row-major
-    // order among equals (each lane kept its block's first).
+  int64_t argmax = -1;
+  if (state && !su.soft_reduction && p.reduction == Reduction::Max) {
+    // "max" with state: the cell of the largest H over the lanes, the first
+    // in row-major order among equals (each lane kept its block's first).
     A top_h = A(0);
-    int64_t argmax = -1;
     for (int l = 0; l < lanes; ++l) {
       if (ln.bi[l] <= 0) continue;
       const int64_t k = (int64_t(ln.bi[l]) - l - 1) * N + l * nb + (ln.bj[l] - 1);
@@ -942,14 +942,9 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
         argmax = k;
       }
     }
-    PairTotal<A> tot;
-    tot.base = top_h;
-    tot.store(static_cast<A*>(out.total), b);
-    st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-    out.argmax[b] = p.reduction == Reduction::Max ? argmax : -1;
-    return;
   }
-  // The lanes' reductions combined.
+  // The score: the lanes' reductions combined, with state too (inference's
+  // bits; see probability_group).
   IntOf<A> top = 0;
   const double sum = lanes_sum(ln.mant, ln.expo, lanes, top);
   double best = 0.0;
@@ -964,7 +959,7 @@ void store_long_pair_result(const Setup<T>& su, int64_t b, const ProbabilityLane
   }
   tot.store(static_cast<A*>(out.total), b);
   st(static_cast<T*>(out.score), b, tot.value() * su.unit);
-  out.argmax[b] = -1;
+  out.argmax[b] = argmax;
 }
 
 // One long pair (linear gaps, constant gap), its columns cut into up to W

@@ -95,13 +95,14 @@
 // forward_probability.h / checkpoints.h / reverse.h / reverse_simd.h /
 // reverse_affine_simd.h / affine_long_pair.h / double_backward_simd.h /
 // affine_double_backward_simd.h / row_weights.h / affine_row_weights.h (the
-// passes), float_mode.h, and the
+// passes), tangent_store.h, float_mode.h, and the
 // drivers forward.cpp and backward.cpp (the entry points of problem.h). This
 // header: the set-up every pass shares.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "../problem.h"
@@ -220,6 +221,24 @@ class Buffer {
   std::vector<A> v_;
 };
 
+// The same, uninitialised: for memory whose every entry is written before it
+// is read (no pass over it to zero it first).
+template <typename A>
+class RawBuffer {
+ public:
+  A* get(int64_t n) {
+    if (size_ < n) {
+      v_.reset(new A[static_cast<size_t>(n)]);
+      size_ = n;
+    }
+    return v_.get();
+  }
+
+ private:
+  std::unique_ptr<A[]> v_;
+  int64_t size_ = 0;
+};
+
 // Messages of a reverse pass between rows: `in` into row i from row i+1,
 // `out` from row i into row i-1 (swapped after every row).
 template <typename A>
@@ -240,8 +259,9 @@ struct Scratch {
   // and the row above.
   Buffer<A> d_cur, ap_cur, bp_cur, d_up, ap_up, bp_up;
   // Double backward: the tangents of the region (linear: Hdot; affine: the
-  // five node tangents).
+  // five node tangents); the SIMD affine group's (tangent_store.h).
   Buffer<A> tangents;
+  RawBuffer<A> tangent_rows;
   // Scalar reverse and tangent passes (float): one row's H, the row above,
   // its scores and gap scores, and its weights and seeds (row_weights.h).
   Buffer<A> row_h, row_h_up, row_s, row_g, row_p1, row_p2, row_p3, row_e0;

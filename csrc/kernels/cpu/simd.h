@@ -262,8 +262,9 @@ template <int VL>
 using VecMath = PackedMath<float, VL>;
 
 // Rows of up to W pairs to and from the lane-interleaved layout of a group
-// (col j of lane l at j * W + l), four lanes by four columns at a time with a
-// 4 x 4 transpose in registers (every instruction set has 4-float vectors):
+// (col j of lane l at j * W + l; at j * `stride` + l for rows of another lane
+// stride, the narrow rows' W / 2), four lanes by four columns at a time with
+// a 4 x 4 transpose in registers (every instruction set has 4-float vectors):
 //   interleave_rows:   dst[j * W + l] = src[l][j] * scale, j < n[l]
 //   deinterleave_rows: dst[l][j] = src[j * W + l],         j < n[l]
 // Lanes whose src (dst) is nullptr are skipped. Bit for bit what the scalar
@@ -325,7 +326,7 @@ class RowPrefetcher {
 };
 
 inline void interleave_rows(float* dst, const float* const* src, const int64_t* n, int count,
-                            float scale) {
+                            float scale, int64_t stride = W) {
   using X = V<4>;
   int l0 = 0;
   for (; l0 + 4 <= count; l0 += 4) {
@@ -337,22 +338,23 @@ inline void interleave_rows(float* dst, const float* const* src, const int64_t* 
         detail::F4 a = X::load(s[0] + j) * scale, b = X::load(s[1] + j) * scale;
         detail::F4 c = X::load(s[2] + j) * scale, d = X::load(s[3] + j) * scale;
         detail::transpose4(a, b, c, d);
-        X::store(dst + j * W + l0, a);
-        X::store(dst + (j + 1) * W + l0, b);
-        X::store(dst + (j + 2) * W + l0, c);
-        X::store(dst + (j + 3) * W + l0, d);
+        X::store(dst + j * stride + l0, a);
+        X::store(dst + (j + 1) * stride + l0, b);
+        X::store(dst + (j + 2) * stride + l0, c);
+        X::store(dst + (j + 3) * stride + l0, d);
       }
     }
     for (int l = l0; l < l0 + 4; ++l)
       if (src[l])
-        for (int64_t k = j; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+        for (int64_t k = j; k < n[l]; ++k) dst[k * stride + l] = src[l][k] * scale;
   }
   for (int l = l0; l < count; ++l)
     if (src[l])
-      for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+      for (int64_t k = 0; k < n[l]; ++k) dst[k * stride + l] = src[l][k] * scale;
 }
 
-inline void deinterleave_rows(float* const* dst, const float* src, const int64_t* n, int count) {
+inline void deinterleave_rows(float* const* dst, const float* src, const int64_t* n, int count,
+                              int64_t stride = W) {
   using X = V<4>;
   int l0 = 0;
   for (; l0 + 4 <= count; l0 += 4) {
@@ -361,8 +363,8 @@ inline void deinterleave_rows(float* const* dst, const float* src, const int64_t
     if (d[0] && d[1] && d[2] && d[3]) {
       const int64_t common = std::min(std::min(n[l0], n[l0 + 1]), std::min(n[l0 + 2], n[l0 + 3]));
       for (; j + 4 <= common; j += 4) {
-        detail::F4 a = X::load(src + j * W + l0), b = X::load(src + (j + 1) * W + l0);
-        detail::F4 c = X::load(src + (j + 2) * W + l0), e = X::load(src + (j + 3) * W + l0);
+        detail::F4 a = X::load(src + j * stride + l0), b = X::load(src + (j + 1) * stride + l0);
+        detail::F4 c = X::load(src + (j + 2) * stride + l0), e = X::load(src + (j + 3) * stride + l0);
         detail::transpose4(a, b, c, e);
         X::store(d[0] + j, a);
         X::store(d[1] + j, b);
@@ -372,11 +374,11 @@ inline void deinterleave_rows(float* const* dst, const float* src, const int64_t
     }
     for (int l = l0; l < l0 + 4; ++l)
       if (dst[l])
-        for (int64_t k = j; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+        for (int64_t k = j; k < n[l]; ++k) dst[l][k] = src[k * stride + l];
   }
   for (int l = l0; l < count; ++l)
     if (dst[l])
-      for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+      for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * stride + l];
 }
 
 // The same for double rows (the float64 probability-domain forward's state):

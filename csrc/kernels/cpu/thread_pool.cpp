@@ -8,23 +8,42 @@
 #endif
 
 namespace softsw::cpu {
+namespace {
+
+thread_local int limit = 0;  // ThreadLimit's, on this thread; 0: none
+
+// SOFTSW_NUM_THREADS=k, read once; 0 when unset.
+int env_threads() {
+  static const int n = [] {
+    const char* env = std::getenv("SOFTSW_NUM_THREADS");
+    return env ? std::max(std::atoi(env), 0) : 0;
+  }();
+  return n;
+}
+
+// The CPUs this process may run on (containers, taskset), read once.
+int cpus() {
+  static const int n = [] {
+    int c = static_cast<int>(std::thread::hardware_concurrency());
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) c = CPU_COUNT(&set);
+#endif
+    return std::max(c, 1);
+  }();
+  return n;
+}
+
+}  // namespace
+
+ThreadLimit::ThreadLimit(int threads) : before_(limit) { limit = std::max(threads, 0); }
+ThreadLimit::~ThreadLimit() { limit = before_; }
 
 int thread_count(int64_t items, double work) {
-  static const int hw = [] {
-    int n = static_cast<int>(std::thread::hardware_concurrency());
-#if defined(__linux__)
-    cpu_set_t set;  // the CPUs this process may use (containers, taskset)
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
-#endif
-    if (const char* env = std::getenv("SOFTSW_NUM_THREADS")) {
-      const int e = std::atoi(env);
-      if (e > 0) n = e;
-    }
-    return std::max(n, 1);
-  }();
+  const int most = env_threads() > 0 ? env_threads() : limit > 0 ? limit : cpus();
   const double per_thread = 1 << 15;
   const int64_t by_work = static_cast<int64_t>(work / per_thread) + 1;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({hw, items, by_work})));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({most, items, by_work})));
 }
 
 }  // namespace softsw::cpu

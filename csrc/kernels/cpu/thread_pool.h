@@ -16,9 +16,23 @@
 namespace softsw::cpu {
 
 // How many threads `items` items of `work` cells in all deserve: at most the
-// CPUs this process may run on (SOFTSW_NUM_THREADS=k overrides), at most one
-// per item, and one per ~32k cells (below, a thread costs more than it saves).
+// calling thread's ThreadLimit (else the CPUs this process may run on;
+// SOFTSW_NUM_THREADS=k overrides both), at most one per item, and one per
+// ~32k cells (below, a thread costs more than it saves).
 int thread_count(int64_t items, double work);
+
+// While it lives, thread_count on the thread that made it is at most
+// `threads` (0: no limit). The entry points set the op's Problem::cpu_threads.
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(int threads);
+  ~ThreadLimit();
+  ThreadLimit(const ThreadLimit&) = delete;
+  ThreadLimit& operator=(const ThreadLimit&) = delete;
+
+ private:
+  int before_;
+};
 
 // body(k, scratch) for every k in [0, items), `Work` being the type of a
 // thread's scratch (default-constructed once per thread).
