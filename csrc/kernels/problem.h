@@ -42,6 +42,10 @@ struct Problem {
   // CPU: the most threads the kernels may use (the op layer passes
   // torch.get_num_threads()); 0: every CPU this process may run on.
   int cpu_threads = 0;
+
+  // A gap score read per cell from a tensor (the open, or with affine gaps
+  // the extend); false when every gap is a constant.
+  bool has_gap_tensor() const { return gap_open.data || (affine && gap_extend.data); }
 };
 
 // What the forward writes. `hidden` is what the backward passes read back:

@@ -676,7 +676,7 @@ inline void dispatch_variant(const Problem& p, bool hard, F&& f) {
     else f(std::integral_constant<int, kTallRows<A, AFFINE>>{}, hard_c, gap_c);
   };
   auto with_gap = [&](auto hard_c) {
-    if (p.gap_open.data || (AFFINE && p.gap_extend.data)) with_r(hard_c, std::true_type{});
+    if (p.has_gap_tensor()) with_r(hard_c, std::true_type{});
     else with_r(hard_c, std::false_type{});
   };
   if (hard) with_gap(std::true_type{});

@@ -436,7 +436,7 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
     fns.mask(AffineShareRow{b.start, b.d, b.u, b.l, b.e0}, sh, static_cast<int32_t>(ng),
              static_cast<int32_t>(r), ln);
   };
-  const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
+  const bool gap_tensor = p.has_gap_tensor();
   if (!gap_tensor) {
     std::fill(open, open + ng * W, CpuMath::exp2(static_cast<float>(go[0].value)));
     std::fill(extend, extend + ng * W, CpuMath::exp2(static_cast<float>(ge[0].value)));

@@ -62,23 +62,12 @@ struct ColumnBlocks {
 };
 
 // Each lane's block of its row rows[l] of a gap view (n[l] columns; 0: the
-// lane is skipped) into `dst` at j * W + l, in kernel units: through the row
-// transposes where the rows are contiguous (the same bits as GapView::at).
+// lane is skipped) into `dst` at j * W + l, in kernel units.
 template <typename T>
 void gather_gap_blocks(const GapView<T>& g, const ColumnBlocks& cb, const int64_t* rows,
                        const int64_t* n, float* dst) {
-  const T* src[W] = {};
-  bool contiguous = true;
-  for (int l = 0; l < cb.lanes; ++l)
-    if (n[l] > 0) contiguous &= (src[l] = g.row(rows[l])) != nullptr;
-  if (contiguous) {
-    for (int l = 0; l < cb.lanes; ++l)
-      if (src[l]) src[l] += cb.first[l];
-    interleave_rows_of(dst, src, n, static_cast<int>(cb.lanes), g.beta);
-    return;
-  }
-  for (int l = 0; l < cb.lanes; ++l)
-    for (int64_t j = 0; j < n[l]; ++j) dst[j * W + l] = g.at(rows[l], cb.first[l] + j + 1);
+  gather_gap_rows<T>([&](int) -> const GapView<T>& { return g; }, rows, cb.first, n,
+                     static_cast<int>(cb.lanes), dst);
 }
 
 // Where the wavefront's own checkpoints lie in the pair's slice, after the
@@ -180,15 +169,9 @@ class AffineWavefront {
     S_ = static_cast<const T*>(p.scores) + b * su.MN;
     go_ = su.gap(p.gap_open, b);
     ge_ = su.gap(p.gap_extend, b);
-    gap_tensor_ = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
-    gaps_ = {gap_tensor_ ? 0.0f : static_cast<float>(p.gap_open.value) * su.beta,
-             gap_tensor_ ? 0.0f : static_cast<float>(p.gap_extend.value) * su.beta};
-    for (int l = 0; l < W; ++l) {
-      ln.mant[l] = ln.hmant[l] = 0.0f;
-      ln.expo[l] = ln.hexpo[l] = 0;
-      ln.best[l] = 0.0f;
-      ln.bi[l] = ln.bj[l] = -1;
-    }
+    gap_tensor_ = p.has_gap_tensor();
+    gaps_ = constant_gaps<float>(su);
+    for (int l = 0; l < W; ++l) ln.reset(l);
   }
 
   // Floats bind() takes: six rows of state (this step's and the one before),
@@ -358,9 +341,11 @@ class AffineWavefront {
       n_now[l] = active ? cb.width[l] : 0;
       if (active) {
         src[l] = S_ + (i - 1) * N + cb.first[l];
-      } else {
-        for (float* a : {s_, g_, g_ext_})
-          for (int64_t j = 0; j < cb.nb; ++j) a[j * W + l] = -kInf<float>;
+      } else {  // no weight (-inf), so the lane's vector slots stay finite
+        for (int64_t j = 0; j < cb.nb; ++j) s_[j * W + l] = -kInf<float>;
+        if (gap_tensor_)  // (the rows read the gap rows only then)
+          for (float* a : {g_, g_ext_})
+            for (int64_t j = 0; j < cb.nb; ++j) a[j * W + l] = -kInf<float>;
       }
     }
     interleave_rows_of(s_, src, n_now, W, su_.beta);
@@ -464,10 +449,8 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
   const AffineReverseRowFn row = rows_fn.of(static_cast<int>(lanes));
   const ProbabilityRowFn share_row =
       pick_affine_share_rows(p).of(static_cast<int>(lanes), su.soft_reduction, true);
-  const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
-  const AffineGapWeights gaps{
-      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
-      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
+  const bool gap_tensor = p.has_gap_tensor();
+  const AffineGapWeights gaps = affine_gap_weights(su);
   const GapView<T> go = su.gap(p.gap_open, q.b), ge = su.gap(p.gap_extend, q.b);
 
   // The pass's rows (AffineReverseBuffers), the hand-over values (W each), a
@@ -514,14 +497,7 @@ void reverse_affine_long_pair(const Setup<T>& su, const ReversePair& q,
         wf.restore(wk.at(slice, wk.restart_step(t)));
       }
       for (int64_t r = s0; r < (t + 1) * k && r <= last_step; ++r) {
-        const AffineShareRows b = slot(r);
-        KeptRows keep;
-        keep.h = b.e0;  // (C, for the "soft" seeds)
-        keep.share_start = b.start;
-        keep.share_d = b.d;
-        keep.share_u = b.u;
-        keep.share_l = b.l;
-        wf.step(share_row, r, keep);
+        wf.step(share_row, r, kept_shares(slot(r)));
       }
     }
     return slot(s);

@@ -160,7 +160,7 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
     const int64_t P = static_cast<int64_t>(pairs.size());
     const int64_t groups = group_count(P, work);
     const bool soft = su.soft_reduction;
-    const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
+    const bool gap_tensor = p.has_gap_tensor();
     const simd::ReverseRowFn row =
         soft ? simd::pick_reverse_row<true>() : simd::pick_reverse_row<false>();
     const simd::AffineReverseRowFns affine_rows = simd::pick_reverse_affine_rows(soft, gap_tensor);

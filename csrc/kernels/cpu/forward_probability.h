@@ -109,6 +109,13 @@ struct alignas(64) ProbabilityLanesOf {
   Int hexpo[W];  // rounded to the state (the seeds' scale), likewise
   Int m[W];      // lane extents (0 for an unused lane)
   Int n[W];
+
+  // Lane l before its first cell: nothing reduced, no argmax.
+  void reset(int l) {
+    mant[l] = hmant[l] = best[l] = A(0);
+    expo[l] = hexpo[l] = 0;
+    bi[l] = bj[l] = -1;
+  }
 };
 using ProbabilityLanes = ProbabilityLanesOf<float>;
 
@@ -170,6 +177,16 @@ struct ProbabilityGapsOf {
   A open, extend;
 };
 using ProbabilityGaps = ProbabilityGapsOf<float>;
+
+// A problem's constant gaps as the rows read them (0 where gap tensors give
+// them per cell; extend 0 for linear gaps).
+template <typename A, typename T>
+ProbabilityGapsOf<A> constant_gaps(const Setup<T>& su) {
+  const Problem& p = su.p;
+  const bool tensor = p.has_gap_tensor();
+  return {tensor ? A(0) : static_cast<A>(p.gap_open.value) * su.beta,
+          p.affine && !tensor ? static_cast<A>(p.gap_extend.value) * su.beta : A(0)};
+}
 
 // A chunk's max or sum `red` (exponent o) folded into a lane's reduction
 // best_m * 2^best_e (best_m in [1, 2), or 0 before the first cell).
@@ -556,7 +573,7 @@ ProbabilityRowFnsOf<A> pick_probability_rows() {
 template <typename A = float>
 ProbabilityRowFnsOf<A> pick_probability_rows(const Problem& p, bool state) {
   if (p.affine)
-    return p.gap_open.data || p.gap_extend.data
+    return p.has_gap_tensor()
                ? (state ? pick_probability_rows<A, kAffineGapTensors, kKeepLogs>()
                         : pick_probability_rows<A, kAffineGapTensors, kKeepNothing>())
                : (state ? pick_probability_rows<A, kAffineConstantGaps, kKeepLogs>()
@@ -569,7 +586,7 @@ ProbabilityRowFnsOf<A> pick_probability_rows(const Problem& p, bool state) {
 }
 // The affine rows that keep their cells' shares.
 inline ProbabilityRowFns pick_affine_share_rows(const Problem& p) {
-  return p.gap_open.data || p.gap_extend.data
+  return p.has_gap_tensor()
              ? pick_probability_rows<float, kAffineGapTensors, kKeepShares>()
              : pick_probability_rows<float, kAffineConstantGaps, kKeepShares>();
 }
@@ -581,19 +598,31 @@ template <typename A>
 struct KeptRowsOf {
   A *h = nullptr, *h_u = nullptr, *h_l = nullptr;
   A *share_start = nullptr, *share_d = nullptr, *share_u = nullptr, *share_l = nullptr;
-  // Affine gaps on column blocks: each lane's left neighbour's B and L nodes
-  // (exponent left_e; nullptr: the boundary, B = 1 and L = 0), and, written
-  // at the end of the row, its B and L at col n at the last chunk's exponent
-  // (what the next block reads as its left neighbour; nullptr: not kept).
-  const A *left_b = nullptr, *left_l = nullptr;
-  A *last_b = nullptr, *last_l = nullptr;
-  // Affine gaps on column blocks, "soft": each chunk's sum of Z (and with
-  // state of 2^C as kept, at the chunk's exponent) at q * W, instead of
-  // folded into the lanes' reductions (the caller folds a row's chunks in a
-  // group's order). nullptr: folded.
-  A *chunk_sum = nullptr, *chunk_sum_h = nullptr;
 };
 using KeptRows = KeptRowsOf<float>;
+
+// Lane l's gap scores of row rows[l] of its gap view view(l), columns
+// first[l] + 1 .. first[l] + n[l] (n[l] = 0: the lane is skipped), into `dst`
+// at j * W + l in kernel units: through the row transposes where every row is
+// contiguous (the same bits as GapView::at), else cell by cell.
+template <typename T, typename A, typename ViewOf>
+void gather_gap_rows(ViewOf view, const int64_t* rows, const int64_t* first, const int64_t* n,
+                     int count, A* dst) {
+  const T* src[W] = {};
+  bool contiguous = true;
+  for (int l = 0; l < count; ++l)
+    if (n[l] > 0) contiguous &= (src[l] = view(l).row(rows[l])) != nullptr;
+  if constexpr (std::is_same_v<A, float>) {
+    if (contiguous) {
+      for (int l = 0; l < count; ++l)
+        if (src[l]) src[l] += first[l];
+      interleave_rows_of(dst, src, n, count, view(0).beta);
+      return;
+    }
+  }
+  for (int l = 0; l < count; ++l)
+    for (int64_t j = 0; j < n[l]; ++j) dst[j * W + l] = view(l).at(rows[l], first[l] + j + 1);
+}
 
 // The rows of a probability-domain group of up to W pairs (valid, non-empty,
 // in range): each lane's extents and inputs, the lane-interleaved state of
@@ -626,10 +655,7 @@ class ProbabilityGroup {
       }
       ln.m[l] = static_cast<Int>(m);
       ln.n[l] = static_cast<Int>(n);
-      ln.mant[l] = ln.hmant[l] = A(0);
-      ln.expo[l] = ln.hexpo[l] = 0;
-      ln.best[l] = A(0);
-      ln.bi[l] = ln.bj[l] = -1;
+      ln.reset(l);
       lane_n[l] = n;
       mg = std::max(mg, m);
       ng = std::max(ng, n);
@@ -641,9 +667,8 @@ class ProbabilityGroup {
       ln.n[l] = static_cast<Int>(lane_n[l]);
     }
     for (int l = 0; l < count; ++l) masked |= ln.m[l] < mg || ln.n[l] < ng;
-    gap_tensor_ = p.gap_open.data != nullptr || (p.affine && p.gap_extend.data != nullptr);
-    gaps_ = {gap_tensor_ ? A(0) : static_cast<A>(p.gap_open.value) * su.beta,
-             p.affine && !gap_tensor_ ? static_cast<A>(p.gap_extend.value) * su.beta : A(0)};
+    gap_tensor_ = p.has_gap_tensor();
+    gaps_ = constant_gaps<A>(su);
     stride = (ng + 1) * W;
     chunks = (ng + C - 1) / C + 1;
   }
@@ -754,19 +779,13 @@ class ProbabilityGroup {
   // Row i of the lanes' gap scores (kernel units) into `dst`, the lanes whose
   // pair has row i; the rest keep what they hold.
   void gather_gap_row(const GapView<T>* g, int64_t i, A* dst) {
-    const T* src[W] = {};
-    bool rows = true;
-    for (int l = 0; l < count_; ++l)
-      if (i <= ln.m[l]) rows &= (src[l] = g[l].row(i)) != nullptr;
-    if constexpr (std::is_same_v<T, float>) {
-      if (rows) {
-        interleave_rows(dst, src, lane_n, count_, su_.beta);
-        return;
-      }
+    int64_t rows[W], first[W] = {}, n[W];
+    for (int l = 0; l < count_; ++l) {
+      rows[l] = i;
+      n[l] = i <= ln.m[l] ? lane_n[l] : 0;
     }
-    for (int l = 0; l < count_; ++l)
-      if (i <= ln.m[l])
-        for (int64_t j = 0; j < ln.n[l]; ++j) dst[j * W + l] = g[l].at(i, j + 1);
+    gather_gap_rows<T>([&](int l) -> const GapView<T>& { return g[l]; }, rows, first, n, count_,
+                       dst);
   }
 
   const Setup<T>& su_;
@@ -985,7 +1004,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
   int64_t width[W];
   for (int l = 0; l < W; ++l) width[l] = l < lanes ? std::min(nb, n - l * nb) : 0;
   const ProbabilityRowFnOf<A> row = rows_fn.of(static_cast<int>(lanes), su.soft_reduction, true);
-  const ProbabilityGapsOf<A> gaps{static_cast<A>(p.gap_open.value) * su.beta, A(0)};
+  const ProbabilityGapsOf<A> gaps = constant_gaps<A>(su);
   const int64_t stride = (nb + 1) * W, chunks = (nb + C - 1) / C + 1;
   mem.assign(static_cast<size_t>(4 * stride + 2 * chunks * W + 4 * W + 64 / sizeof(A)), A(0));
   A* base = mem.data();
@@ -1001,12 +1020,7 @@ void probability_long_pair(const Setup<T>& su, int64_t b, const ProbabilityRowFn
   std::fill(sb, sb + nb * W, -kInf<A>);
   std::fill(left_z, left_z + 2 * W, A(1));  // left_z and diag_z
   ProbabilityLanesOf<A> ln;
-  for (int l = 0; l < W; ++l) {
-    ln.mant[l] = A(0);
-    ln.expo[l] = 0;
-    ln.best[l] = A(0);
-    ln.bi[l] = ln.bj[l] = -1;
-  }
+  for (int l = 0; l < W; ++l) ln.reset(l);
   A* hid = static_cast<A*>(out.hidden);
   if (hid) {
     hid += b * su.MN;

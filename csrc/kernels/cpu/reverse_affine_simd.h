@@ -41,6 +41,17 @@ namespace softsw::cpu::simd {
 struct AffineShareRows {
   float *start, *d, *u, *l, *e0;
 };
+// What a forward row that keeps its cells' shares writes into `s` (h: C,
+// for the "soft" seeds).
+inline KeptRows kept_shares(const AffineShareRows& s) {
+  KeptRows keep;
+  keep.h = s.e0;
+  keep.share_start = s.start;
+  keep.share_d = s.d;
+  keep.share_u = s.u;
+  keep.share_l = s.l;
+  return keep;
+}
 
 // One row i of a group. Row i - 1's shares, as the forward run again gave
 // them, are masked to the lanes' regions (`derive`; at i = 1 they are the
@@ -70,6 +81,13 @@ struct AffineReverseRows {
 struct AffineGapWeights {
   float open, extend;
 };
+// 2^gap of a problem's constant gaps (0 with gap tensors: read per cell).
+template <typename T>
+AffineGapWeights affine_gap_weights(const Setup<T>& su) {
+  if (su.p.has_gap_tensor()) return {0.0f, 0.0f};
+  const ProbabilityGaps g = constant_gaps<float>(su);
+  return {CpuMath::exp2(g.open), CpuMath::exp2(g.extend)};
+}
 
 template <int VL>
 SOFTSW_VINLINE AffineShares<Floats<VL>> load_shares(const AffineShareRows& s, int64_t c) {
@@ -326,13 +344,7 @@ class AffineShareBlocks {
   void start() { fwd_.start(); }
   void step(int64_t r, const AffineShareRows& out) {
     fwd_.gather(r);
-    KeptRows keep;
-    keep.h = out.e0;  // (C, for the "soft" seeds)
-    keep.share_start = out.start;
-    keep.share_d = out.d;
-    keep.share_u = out.u;
-    keep.share_l = out.l;
-    fwd_.step(fn_, r, keep, nullptr);
+    fwd_.step(fn_, r, kept_shares(out), nullptr);
   }
 
   // Row r's shares (1 <= r <= mg; e0: C), valid until the next call for a
@@ -418,10 +430,8 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     for (T* g : {grad_s, grad_o, grad_e})
       if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
   }
-  const bool gap_tensor = p.gap_open.data != nullptr || p.gap_extend.data != nullptr;
-  const AffineGapWeights gaps{
-      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_open.value) * su.beta),
-      gap_tensor ? 0.0f : CpuMath::exp2(static_cast<float>(p.gap_extend.value) * su.beta)};
+  const bool gap_tensor = p.has_gap_tensor();
+  const AffineGapWeights gaps = affine_gap_weights(su);
   AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
   // The pass's rows, then the forward's.
   const int64_t stride = (ng + 1) * W;
