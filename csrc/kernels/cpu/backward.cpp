@@ -72,22 +72,23 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
 // the cells the groups will visit.
 template <typename T>
 void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_score,
-                 std::vector<simd::ReversePair>& pairs, std::vector<int64_t>& singles,
+                 std::vector<simd::ReversePairOf<Acc<T>>>& pairs, std::vector<int64_t>& singles,
                  double& work) {
+  using A = Acc<T>;
   const Problem& p = su.p;
-  const float* hidden = static_cast<const float*>(state.hidden);
-  const float* total = static_cast<const float*>(state.total);
+  const A* hidden = static_cast<const A*>(state.hidden);
+  const A* total = static_cast<const A*>(state.total);
   work = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     int64_t m = 0, n = 0, mr = 0, nr = 0;
-    const float* hid = hidden + b * su.planes * su.MN;
+    const A* hid = hidden + b * su.planes * su.MN;
     if (!su.extents(b, m, n) || !region_of(su, state, b, m, n, hid, mr, nr) || mr == 0 ||
         nr == 0) {
       singles.push_back(b);
       continue;
     }
-    pairs.push_back(simd::ReversePair{b, mr, nr, PairTotal<float>::load(total, b).value(), 1.0f,
-                                      ld(grad_score, b)});
+    pairs.push_back(simd::ReversePairOf<A>{b, mr, nr, PairTotal<A>::load(total, b).value(), A(1),
+                                           ld(grad_score, b)});
     work += double(mr) * nr * su.planes;
   }
   if (p.affine && !pairs.empty()) {
@@ -97,7 +98,7 @@ void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_sc
       su.extents(pairs[k].b, m, n);
       in_range[k] = in_probability_range(su, pairs[k].b, m, n);
     });
-    std::vector<simd::ReversePair> kept;
+    std::vector<simd::ReversePairOf<A>> kept;
     for (size_t k = 0; k < pairs.size(); ++k) {
       if (in_range[k]) kept.push_back(pairs[k]);
       else singles.push_back(pairs[k].b);
@@ -117,93 +118,103 @@ inline int64_t group_count(int64_t pairs, double work) {
                                         std::min<int64_t>(pairs, thread_count(pairs, work)));
 }
 
-// The soft seeds' normalisation of the pairs lo..hi (seed_scale of reverse.h).
+// The soft seeds' normalisation of the pairs lo..hi (seed_scale of reverse.h;
+// an affine float pair's comes with its checkpoints).
 template <typename T>
-void set_seed_scales(const Setup<T>& su, const float* hidden, simd::ReversePair* pairs, int64_t lo,
-                     int64_t hi, bool checkpoints) {
+void set_seed_scales(const Setup<T>& su, const Acc<T>* hidden, simd::ReversePairOf<Acc<T>>* pairs,
+                     int64_t lo, int64_t hi, bool checkpoints) {
+  using A = Acc<T>;
   for (int64_t k = lo; k < hi; ++k) {
-    simd::ReversePair& q = pairs[k];
-    const float* slice = hidden + q.b * su.planes * su.MN;
-    if (checkpoints) {
-      q.scale = AffineCheckpoints::seed_scale(slice);
-      continue;
+    simd::ReversePairOf<A>& q = pairs[k];
+    const A* slice = hidden + q.b * su.planes * su.MN;
+    if constexpr (std::is_same_v<A, float>) {
+      if (checkpoints) {
+        q.scale = AffineCheckpoints::seed_scale(slice);
+        continue;
+      }
     }
-    const float z = simd::sum_exp2(slice, su.N, q.mr, q.nr, q.total);
-    q.scale = z > 0.0f ? 1.0f / z : 1.0f;
+    const A z = simd::sum_exp2(slice, su.N, q.mr, q.nr, q.total);
+    q.scale = z > A(0) ? A(1) / z : A(1);
   }
 }
 #endif
 
-// The SIMD backward, soft (T > 0), float accumulate: linear gaps
-// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
-// inside the range rule of probability.h (their state is checkpoints, alone
-// in a group or not), the other pairs on the scalar passes. False when it
-// does not apply (then the scalar passes run).
+// The SIMD backward, soft (T > 0): linear gaps (reverse_simd.h) every pair,
+// any accumulate type; affine gaps with a float accumulate
+// (reverse_affine_simd.h) the pairs inside the range rule of probability.h
+// (their state is checkpoints, alone in a group or not); the other pairs on
+// the scalar passes. False when it does not apply (then the scalar passes
+// run): T = 0, and float64 affine gaps (their state is the C, U, L planes).
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
+  using A = Acc<T>;
+  constexpr bool kFloat = std::is_same_v<A, float>;
   const Problem& p = su.p;
-  if constexpr (!std::is_same_v<Acc<T>, float>) {
+  if (su.hard || (p.affine && !kFloat) || su.M >= (int64_t(1) << 30) ||
+      su.N >= (int64_t(1) << 30) || simd::isa_level() < 0)
     return false;
-  } else {
-    if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
-        simd::isa_level() < 0)
-      return false;
-    const float* hidden = static_cast<const float*>(args.state.hidden);
-    T* gS = static_cast<T*>(args.grad_scores);
-    T* gO = static_cast<T*>(args.grad_gap_open);
-    T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
-    std::vector<simd::ReversePair> pairs;
-    std::vector<int64_t> singles;
-    double work = 0;
-    group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
-    const int64_t P = static_cast<int64_t>(pairs.size());
-    const int64_t groups = group_count(P, work);
-    const bool soft = su.soft_reduction;
-    const bool gap_tensor = p.has_gap_tensor();
-    const simd::ReverseRowFn row =
-        soft ? simd::pick_reverse_row<true>() : simd::pick_reverse_row<false>();
-    const simd::AffineReverseRowFns affine_rows = simd::pick_reverse_affine_rows(soft, gap_tensor);
-    const int64_t items = groups + static_cast<int64_t>(singles.size());
-    parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
-      if (g >= groups) {
-        backward_one<T>(su, args, singles[g - groups], sc);
-        return;
-      }
-      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
-      if (hi - lo > 1 || p.affine) {
-        const simd::ReversePair& q = pairs[lo];
-        if (p.affine && hi - lo == 1 && q.nr >= 4 * simd::W &&
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  T* gS = static_cast<T*>(args.grad_scores);
+  T* gO = static_cast<T*>(args.grad_gap_open);
+  T* gE = p.affine ? static_cast<T*>(args.grad_gap_extend) : nullptr;
+  std::vector<simd::ReversePairOf<A>> pairs;
+  std::vector<int64_t> singles;
+  double work = 0;
+  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+  const int64_t P = static_cast<int64_t>(pairs.size());
+  const int64_t groups = group_count(P, work);
+  const bool soft = su.soft_reduction;
+  const simd::ReverseRowFnOf<A> row =
+      soft ? simd::pick_reverse_row<A, true>() : simd::pick_reverse_row<A, false>();
+  simd::AffineReverseRowFns affine_rows{};
+  if constexpr (kFloat) affine_rows = simd::pick_reverse_affine_rows(soft, p.has_gap_tensor());
+  const int64_t items = groups + static_cast<int64_t>(singles.size());
+  parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
+    if (g >= groups) {
+      backward_one<T>(su, args, singles[g - groups], sc);
+      return;
+    }
+    const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+    const int count = static_cast<int>(hi - lo);
+    if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
+    const simd::ReversePairOf<A>& q = pairs[lo];
+    if constexpr (kFloat) {
+      if (p.affine) {
+        if (count == 1 && q.nr >= 4 * simd::W &&
             AffineCheckpoints::column_blocks(hidden + q.b * su.planes * su.MN) > 0)
           // A lone long pair whose forward ran on column blocks: on them again.
           simd::reverse_affine_long_pair<T>(su, q, affine_rows, hidden, gS, gO, gE, sc.lanes);
-        else if (p.affine)
-          simd::reverse_affine_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo),
-                                        affine_rows, hidden, gS, gO, gE, sc.lanes);
         else
-          simd::reverse_linear_group<T>(su, pairs.data() + lo, static_cast<int>(hi - lo), row,
-                                        hidden, gS, gO, sc.lanes);
+          simd::reverse_affine_group<T>(su, pairs.data() + lo, count, affine_rows, hidden, gS, gO,
+                                        gE, sc.lanes);
         return;
       }
-      // A lone pair: one busy lane of W is slower than the scalar loop.
-      const simd::ReversePair& q = pairs[lo];
-      if (q.nr >= 4 * simd::W) {  // a long one: its column blocks on the lanes
-        simd::reverse_linear_long_pair<T>(su, q, row, hidden, gS, gO, sc.lanes);
-        return;
-      }
-      T* oS = gS + q.b * su.MN;
-      T* oO = gO ? gO + q.b * su.MN : nullptr;
-      for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, q.mr, q.nr, 0.0f);
-      Seed<float> seed;
-      seed.soft = soft;
-      seed.total = q.total;
-      seed.scale = q.scale;
-      reverse_linear<T, false, false>(su.pair(q.b), q.mr, q.nr, hidden + q.b * su.MN, nullptr,
-                                      nullptr, nullptr, seed, q.grad, oS, oO, sc);
-    });
-    return true;
-  }
+    }
+    if (count == 1 && q.nr >= 4 * simd::W) {  // a lone long pair: its column blocks on the lanes
+      simd::reverse_linear_long_pair<T>(su, q, row, hidden, gS, gO, group_rows(sc));
+      return;
+    }
+    // A lone short float pair: one busy lane of W is slower than the scalar
+    // loop. A float64 one runs as a group of one, and so gets the bits it
+    // gets inside any group (the scalar loop's exp2 is libm's, not the lanes'
+    // polynomial).
+    if (count > 1 || !kFloat) {
+      simd::reverse_linear_group<T>(su, pairs.data() + lo, count, row, hidden, gS, gO,
+                                    group_rows(sc));
+      return;
+    }
+    T* oS = gS + q.b * su.MN;
+    T* oO = gO ? gO + q.b * su.MN : nullptr;
+    for (T* o : {oS, oO}) fill_outside(o, su.M, su.N, q.mr, q.nr, A(0));
+    Seed<A> seed;
+    seed.soft = soft;
+    seed.total = q.total;
+    seed.scale = q.scale;
+    reverse_linear<T, false, false>(su.pair(q.b), q.mr, q.nr, hidden + q.b * su.MN, nullptr,
+                                    nullptr, nullptr, seed, q.grad, oS, oO, sc);
+  });
+  return true;
 #else
   (void)su;
   (void)args;

@@ -76,14 +76,6 @@ Groups make_groups(const Setup<T>& su, std::vector<int64_t> pairs, double work) 
   return g;
 }
 
-// The rows of the probability-domain groups: the float ones in `lanes`, the
-// float64 ones in `double_lanes`.
-template <typename A>
-std::vector<A>& group_rows(Scratch<A>& sc) {
-  if constexpr (std::is_same_v<A, float>) return sc.lanes;
-  else return sc.double_lanes;
-}
-
 // The plan: pairs that are empty or invalid get their result at once; at
 // T > 0, the pairs the range rule of their accumulate type admits run in the
 // probability domain (forward_probability.h; float64 pairs too, keeping the

@@ -103,6 +103,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "../problem.h"
@@ -267,10 +268,17 @@ struct Scratch {
   Buffer<A> row_h, row_h_up, row_s, row_g, row_p1, row_p2, row_p3, row_e0;
   // The same for affine gaps (affine_row_weights.h): inputs, shares, weights.
   Buffer<A> affine_rows;
-  // SIMD forward: a group's lane-interleaved rows (float lanes; the
-  // float64 probability-domain forward's in double_lanes).
+  // SIMD passes: a group's lane-interleaved rows (float lanes; the float64
+  // passes' in double_lanes).
   std::vector<float> lanes;
   std::vector<double> double_lanes;
 };
+
+// The lane-interleaved rows of a worker's SIMD groups of accumulate type A.
+template <typename A>
+std::vector<A>& group_rows(Scratch<A>& sc) {
+  if constexpr (std::is_same_v<A, float>) return sc.lanes;
+  else return sc.double_lanes;
+}
 
 }  // namespace softsw::cpu

@@ -293,16 +293,17 @@ inline void prefetch_rows(const T* const* src, int count, int64_t n) {
 // The same requests spread over a pass instead of issued in one burst: a
 // burst of W rows' lines fills the core's miss buffers and stalls it, while
 // the row kernel, issuing a few lines per column, keeps the memory busy under
-// its arithmetic. add() rows (n floats each, at most kRows), then pace(n,
-// cols) before a pass of `cols` columns that calls step() once per column.
+// its arithmetic. add() rows (n elements of `bytes` each, at most kRows),
+// then pace(n, cols, bytes) before a pass of `cols` columns that calls step()
+// once per column.
 class RowPrefetcher {
  public:
   static constexpr int kRows = 8 * W;
   void add(const void* row) {
     if (row && rows_ < kRows) row_[rows_++] = static_cast<const char*>(row);
   }
-  void pace(int64_t n, int64_t cols) {
-    lines_ = (n * int64_t(sizeof(float)) + 63) / 64;
+  void pace(int64_t n, int64_t cols, int64_t bytes = sizeof(float)) {
+    lines_ = (n * bytes + 63) / 64;
     const int64_t total = lines_ * rows_;
     per_step_ = cols > 0 ? static_cast<int>((total + cols - 1) / cols) : 0;
   }
@@ -381,8 +382,37 @@ inline void deinterleave_rows(float* const* dst, const float* src, const int64_t
       for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * stride + l];
 }
 
-// The same for double rows (the float64 probability-domain forward's state):
-// two lanes by two columns at a time.
+// The same for double rows (the float64 passes' rows and state): two lanes
+// by two columns at a time.
+inline void interleave_rows(double* dst, const double* const* src, const int64_t* n, int count,
+                            double scale) {
+  using D2 = VecOf<double, 2>::F;
+  int l0 = 0;
+  for (; l0 + 2 <= count; l0 += 2) {
+    const double* const* s = src + l0;
+    int64_t j = 0;
+    if (s[0] && s[1]) {
+      const int64_t common = std::min(n[l0], n[l0 + 1]);
+      for (; j + 2 <= common; j += 2) {
+        D2 a, b;
+        std::memcpy(&a, s[0] + j, sizeof a);
+        std::memcpy(&b, s[1] + j, sizeof b);
+        a *= scale;
+        b *= scale;
+        const D2 c0 = __builtin_shufflevector(a, b, 0, 2), c1 = __builtin_shufflevector(a, b, 1, 3);
+        std::memcpy(dst + j * W + l0, &c0, sizeof c0);
+        std::memcpy(dst + (j + 1) * W + l0, &c1, sizeof c1);
+      }
+    }
+    for (int l = l0; l < l0 + 2; ++l)
+      if (src[l])
+        for (int64_t k = j; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+  }
+  for (int l = l0; l < count; ++l)
+    if (src[l])
+      for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+}
+
 inline void deinterleave_rows(double* const* dst, const double* src, const int64_t* n, int count) {
   using D2 = VecOf<double, 2>::F;
   int l0 = 0;
@@ -409,12 +439,13 @@ inline void deinterleave_rows(double* const* dst, const double* src, const int64
       for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * W + l];
 }
 
-// The same for rows of any element type (element.h): float rows through the
-// transposes above, the others converted element by element.
-template <typename T>
-inline void interleave_rows_of(float* dst, const T* const* src, const int64_t* n, int count,
-                               float scale) {
-  if constexpr (std::is_same_v<T, float>) {
+// The same for rows of any element type T (element.h) and lanes of its
+// accumulate type A: rows of A itself through the transposes above, the
+// others converted element by element.
+template <typename T, typename A>
+inline void interleave_rows_of(A* dst, const T* const* src, const int64_t* n, int count,
+                               std::type_identity_t<A> scale) {
+  if constexpr (std::is_same_v<T, A>) {
     interleave_rows(dst, src, n, count, scale);
   } else {
     for (int l = 0; l < count; ++l)
@@ -422,9 +453,9 @@ inline void interleave_rows_of(float* dst, const T* const* src, const int64_t* n
         for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = ld(src[l], k) * scale;
   }
 }
-template <typename T>
-inline void deinterleave_rows_of(T* const* dst, const float* src, const int64_t* n, int count) {
-  if constexpr (std::is_same_v<T, float>) {
+template <typename T, typename A>
+inline void deinterleave_rows_of(T* const* dst, const A* src, const int64_t* n, int count) {
+  if constexpr (std::is_same_v<T, A>) {
     deinterleave_rows(dst, src, n, count);
   } else {
     for (int l = 0; l < count; ++l)
