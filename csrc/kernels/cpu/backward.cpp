@@ -66,7 +66,8 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
 
 #if SOFTSW_CPU_VECTOR
 // The pairs of a batch for the SIMD groups of a reverse pass: those with a
-// non-empty region (affine: inside the range rule of probability.h) in
+// non-empty region (affine: inside the range rule of probability.h for their
+// accumulate type, fits_probability_range) in
 // `pairs`, sorted by region so that a group's lanes are alike, the others
 // (empty, invalid, out of range) in `singles` for the scalar passes. `work`:
 // the cells the groups will visit.
@@ -96,7 +97,7 @@ void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_sc
     parallel_for<char>(static_cast<int64_t>(pairs.size()), work, [&](int64_t k, char&) {
       int64_t m = 0, n = 0;
       su.extents(pairs[k].b, m, n);
-      in_range[k] = in_probability_range(su, pairs[k].b, m, n);
+      in_range[k] = fits_probability_range(su, pairs[k].b, m, n);
     });
     std::vector<simd::ReversePairOf<A>> kept;
     for (size_t k = 0; k < pairs.size(); ++k) {
@@ -139,20 +140,20 @@ void set_seed_scales(const Setup<T>& su, const Acc<T>* hidden, simd::ReversePair
 }
 #endif
 
-// The SIMD backward, soft (T > 0): linear gaps (reverse_simd.h) every pair,
-// any accumulate type; affine gaps with a float accumulate
-// (reverse_affine_simd.h) the pairs inside the range rule of probability.h
-// (their state is checkpoints, alone in a group or not); the other pairs on
+// The SIMD backward, soft (T > 0), float and double accumulate: linear gaps
+// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
+// inside the range rule of probability.h (their state: float, checkpoints;
+// float64, the C, U, L planes; alone in a group or not); the other pairs on
 // the scalar passes. False when it does not apply (then the scalar passes
-// run): T = 0, and float64 affine gaps (their state is the C, U, L planes).
+// run).
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
   using A = Acc<T>;
   constexpr bool kFloat = std::is_same_v<A, float>;
   const Problem& p = su.p;
-  if (su.hard || (p.affine && !kFloat) || su.M >= (int64_t(1) << 30) ||
-      su.N >= (int64_t(1) << 30) || simd::isa_level() < 0)
+  if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+      simd::isa_level() < 0)
     return false;
   const A* hidden = static_cast<const A*>(args.state.hidden);
   T* gS = static_cast<T*>(args.grad_scores);
@@ -167,8 +168,8 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
   const bool soft = su.soft_reduction;
   const simd::ReverseRowFnOf<A> row =
       soft ? simd::pick_reverse_row<A, true>() : simd::pick_reverse_row<A, false>();
-  simd::AffineReverseRowFns affine_rows{};
-  if constexpr (kFloat) affine_rows = simd::pick_reverse_affine_rows(soft, p.has_gap_tensor());
+  const simd::AffineReverseRowFnsOf<A> affine_rows =
+      simd::pick_reverse_affine_rows<A>(soft, p.has_gap_tensor());
   const int64_t items = groups + static_cast<int64_t>(singles.size());
   parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
     if (g >= groups) {
@@ -177,19 +178,20 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
     }
     const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
     const int count = static_cast<int>(hi - lo);
-    if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
+    if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/kFloat && p.affine);
     const simd::ReversePairOf<A>& q = pairs[lo];
-    if constexpr (kFloat) {
-      if (p.affine) {
+    if (p.affine) {
+      if constexpr (kFloat) {
         if (count == 1 && q.nr >= 4 * simd::W &&
-            AffineCheckpoints::column_blocks(hidden + q.b * su.planes * su.MN) > 0)
+            AffineCheckpoints::column_blocks(hidden + q.b * su.planes * su.MN) > 0) {
           // A lone long pair whose forward ran on column blocks: on them again.
           simd::reverse_affine_long_pair<T>(su, q, affine_rows, hidden, gS, gO, gE, sc.lanes);
-        else
-          simd::reverse_affine_group<T>(su, pairs.data() + lo, count, affine_rows, hidden, gS, gO,
-                                        gE, sc.lanes);
-        return;
+          return;
+        }
       }
+      simd::reverse_affine_group<T>(su, pairs.data() + lo, count, affine_rows, hidden, gS, gO, gE,
+                                    group_rows(sc));
+      return;
     }
     if (count == 1 && q.nr >= 4 * simd::W) {  // a lone long pair: its column blocks on the lanes
       simd::reverse_linear_long_pair<T>(su, q, row, hidden, gS, gO, group_rows(sc));

@@ -1,12 +1,13 @@
-// The SIMD reverse pass of the affine-gap backward (soft, float accumulate,
-// a pair inside the range rule of probability.h): one SIMD lane per pair,
-// groups of W = 16 pairs, one row of the group at a time from the last row up,
-// as the linear reverse pass (reverse_simd.h).
+// The SIMD reverse pass of the affine-gap backward (soft, a pair inside the
+// range rule of probability.h), templated on the accumulate type A as the
+// linear one (reverse_simd.h): one SIMD lane per pair, groups of W = 16 pairs,
+// one row of the group at a time from the last row up.
 //
 // The weights are probability.h's AffineProbabilityWeights: per cell the
-// shares of its nodes relative to its C node (from the forward, run again
-// block by block from its checkpoints, checkpoints.h: ratios of its scaled
-// nodes), every weight a ratio of them. A row's pass takes the shares of the
+// shares of its nodes relative to its C node, every weight a ratio of them.
+// A float pair's shares come from its forward, run again block by block from
+// its checkpoints (checkpoints.h: ratios of its scaled nodes); a float64
+// pair's from the log-domain nodes C, U, L its forward kept (4 exp2 a cell). A row's pass takes the shares of the
 // row above, masked to the lanes' regions (the U node's weights read them,
 // and the next row's pass reuses them), while it carries the adjoints of its
 // own row: the messages
@@ -38,13 +39,16 @@ namespace softsw::cpu::simd {
 
 // The shares of one row (AffineShares, probability.h) and its seeds, lane-
 // interleaved: col j at j * W, col 0 the boundary.
-struct AffineShareRows {
-  float *start, *d, *u, *l, *e0;
+template <typename A>
+struct AffineShareRowsOf {
+  A *start, *d, *u, *l, *e0;
 };
+using AffineShareRows = AffineShareRowsOf<float>;
 // What a forward row that keeps its cells' shares writes into `s` (h: C,
 // for the "soft" seeds).
-inline KeptRows kept_shares(const AffineShareRows& s) {
-  KeptRows keep;
+template <typename A>
+KeptRowsOf<A> kept_shares(const AffineShareRowsOf<A>& s) {
+  KeptRowsOf<A> keep;
   keep.h = s.e0;
   keep.share_start = s.start;
   keep.share_d = s.d;
@@ -57,15 +61,16 @@ inline KeptRows kept_shares(const AffineShareRows& s) {
 // them, are masked to the lanes' regions (`derive`; at i = 1 they are the
 // boundary's); row i's adjoints are carried when `sweep`. Shares and nodes at
 // j * W, gap scores and gradients of a row at (j - 1) * W.
-struct AffineReverseRows {
-  AffineShareRows given;     // row i - 1 from the forward (e0: C, "soft" only)
-  AffineShareRows here, up;  // row i (read), row i - 1 (written)
-  const float* open;   // per-cell gap scores of row i (kernel units), GAP_TENSOR only
-  const float* extend;
+template <typename A>
+struct AffineReverseRowsOf {
+  AffineShareRowsOf<A> given;     // row i - 1 from the forward (e0: C, "soft" only)
+  AffineShareRowsOf<A> here, up;  // row i (read), row i - 1 (written)
+  const A* open;   // per-cell gap scores of row i (kernel units), GAP_TENSOR only
+  const A* extend;
   // Messages into row i from row i + 1 (to A: divided by a, probability.h)
-  const float *in_c, *in_a, *in_u;
-  float *out_c, *out_a, *out_u;  // ... and out of row i into row i - 1
-  float *grad_s, *grad_o, *grad_e;  // grad_o, grad_e: nullptr when not wanted
+  const A *in_c, *in_a, *in_u;
+  A *out_c, *out_a, *out_u;  // ... and out of row i into row i - 1
+  A *grad_s, *grad_o, *grad_e;  // grad_o, grad_e: nullptr when not wanted
   bool derive, sweep;
   RowPrefetcher* prefetch;  // the next row's inputs and outputs, one step per column
   // A lone pair on column blocks (affine_long_pair.h): per lane, the messages
@@ -73,41 +78,46 @@ struct AffineReverseRows {
   // the one pending into C of the row above it; and the lane's own messages
   // into B and L of the column left of its first. nullptr: none (the row's
   // right border).
-  const float *right_b_in = nullptr, *right_l_in = nullptr, *pend_c_in = nullptr;
-  float *right_b_out = nullptr, *right_l_out = nullptr;
+  const A *right_b_in = nullptr, *right_l_in = nullptr, *pend_c_in = nullptr;
+  A *right_b_out = nullptr, *right_l_out = nullptr;
 };
+using AffineReverseRows = AffineReverseRowsOf<float>;
 
 // Constant gaps: their weights 2^open, 2^extend (kernel units).
-struct AffineGapWeights {
-  float open, extend;
+template <typename A>
+struct AffineGapWeightsOf {
+  A open, extend;
 };
+using AffineGapWeights = AffineGapWeightsOf<float>;
 // 2^gap of a problem's constant gaps (0 with gap tensors: read per cell).
 template <typename T>
-AffineGapWeights affine_gap_weights(const Setup<T>& su) {
-  if (su.p.has_gap_tensor()) return {0.0f, 0.0f};
-  const ProbabilityGaps g = constant_gaps<float>(su);
+AffineGapWeightsOf<Acc<T>> affine_gap_weights(const Setup<T>& su) {
+  using A = Acc<T>;
+  if (su.p.has_gap_tensor()) return {A(0), A(0)};
+  const ProbabilityGapsOf<A> g = constant_gaps<A>(su);
   return {CpuMath::exp2(g.open), CpuMath::exp2(g.extend)};
 }
 
-template <int VL>
-SOFTSW_VINLINE AffineShares<Floats<VL>> load_shares(const AffineShareRows& s, int64_t c) {
-  using X = V<VL>;
+template <typename A, int VL>
+SOFTSW_VINLINE AffineShares<Packed<A, VL>> load_shares(const AffineShareRowsOf<A>& s, int64_t c) {
+  using X = Vec<A, VL>;
   return {X::load(s.start + c), X::load(s.d + c), X::load(s.u + c), X::load(s.l + c)};
 }
 
-template <int VL, bool SOFT, bool GAP_TENSOR, int LANES = W>
-SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, AffineGapWeights gap,
-                                            int32_t n, int32_t i, const ReverseLanes& ln) {
+template <typename A, int VL, bool SOFT, bool GAP_TENSOR, int LANES = W>
+SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRowsOf<A>& rows,
+                                            AffineGapWeightsOf<A> gap, int32_t n, int32_t i,
+                                            const ReverseLanesOf<A>& ln) {
   // A local copy: the stores (memcpy) could alias `rows`, whose pointers
   // would then be reloaded at every column.
-  const AffineReverseRows r = rows;
-  using X = V<VL>;
+  const AffineReverseRowsOf<A> r = rows;
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
-  using Fl = Floats<VL>;
-  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
+  using Fl = Packed<A, VL>;
+  using P = AffineProbabilityWeights<Fl, PackedMath<A, VL>>;
   constexpr int K = LANES / VL;  // (LANES = W / 2: the narrow rows, forward_probability.h)
-  const F zero = X::splat(0.0f), one = X::splat(1.0f);
+  const F zero = X::splat(A(0)), one = X::splat(A(1));
   const I up_row = X::splati(i - 1);
   I up_ok[K], up_corner[K], nr[K];
   F total[K], scale[K], gs[K], right_b[K], right_l[K], pend_c[K];
@@ -137,7 +147,7 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
       if (r.derive) {
         // (A C the forward flushed to zero, negligible next to its row's
         // chunk, came with a boundary's shares: it carries nothing.)
-        const AffineShares<Fl> sh = load_shares<VL>(r.given, c);
+        const AffineShares<Fl> sh = load_shares<A, VL>(r.given, c);
         const I active = up_ok[k] & (jv <= nr[k]);
         up = {X::sel(active, sh.start.v, one), X::sel(active, sh.d.v, zero),
               X::sel(active, sh.u.v, zero), X::sel(active, sh.l.v, zero)};
@@ -152,8 +162,8 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
         X::store(r.up.e0 + c, e0);
       }
       if (!r.sweep) continue;
-      const AffineShares<Fl> here = load_shares<VL>(r.here, c);
-      const AffineShares<Fl> left = load_shares<VL>(r.here, c1);
+      const AffineShares<Fl> here = load_shares<A, VL>(r.here, c);
+      const AffineShares<Fl> left = load_shares<A, VL>(r.here, c1);
       Fl o = open_w, e = extend_w;
       if constexpr (GAP_TENSOR) {
         o = X::exp2(X::load(r.open + c1));
@@ -191,82 +201,98 @@ SOFTSW_VINLINE void reverse_affine_row_body(const AffineReverseRows& rows, Affin
     }
 }
 
-using AffineReverseRowFn = void (*)(const AffineReverseRows&, AffineGapWeights, int32_t, int32_t,
-                                    const ReverseLanes&);
+template <typename A>
+using AffineReverseRowFnOf = void (*)(const AffineReverseRowsOf<A>&, AffineGapWeightsOf<A>,
+                                      int32_t, int32_t, const ReverseLanesOf<A>&);
+using AffineReverseRowFn = AffineReverseRowFnOf<float>;
 
-template <bool SOFT, bool GAP_TENSOR, int LANES>
-void reverse_affine_row_baseline(const AffineReverseRows& r, AffineGapWeights gap, int32_t n,
-                                 int32_t i, const ReverseLanes& ln) {
-  reverse_affine_row_body<4, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
+// A row of VBYTES-byte vectors (16: the baseline, 32: AVX2 and AVX-512VL).
+template <typename A, int VBYTES, bool SOFT, bool GAP_TENSOR, int LANES>
+SOFTSW_VINLINE void reverse_affine_row_of(const AffineReverseRowsOf<A>& r,
+                                          AffineGapWeightsOf<A> gap, int32_t n, int32_t i,
+                                          const ReverseLanesOf<A>& ln) {
+  reverse_affine_row_body<A, VBYTES / static_cast<int>(sizeof(A)), SOFT, GAP_TENSOR, LANES>(
+      r, gap, n, i, ln);
+}
+
+template <typename A, bool SOFT, bool GAP_TENSOR, int LANES>
+void reverse_affine_row_baseline(const AffineReverseRowsOf<A>& r, AffineGapWeightsOf<A> gap,
+                                 int32_t n, int32_t i, const ReverseLanesOf<A>& ln) {
+  reverse_affine_row_of<A, 16, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
 #if defined(__x86_64__)
-template <bool SOFT, bool GAP_TENSOR, int LANES>
-SOFTSW_TARGET_AVX2 void reverse_affine_row_avx2(const AffineReverseRows& r, AffineGapWeights gap,
-                                                int32_t n, int32_t i, const ReverseLanes& ln) {
-  reverse_affine_row_body<8, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
+template <typename A, bool SOFT, bool GAP_TENSOR, int LANES>
+SOFTSW_TARGET_AVX2 void reverse_affine_row_avx2(const AffineReverseRowsOf<A>& r,
+                                                AffineGapWeightsOf<A> gap, int32_t n, int32_t i,
+                                                const ReverseLanesOf<A>& ln) {
+  reverse_affine_row_of<A, 32, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
-template <bool SOFT, bool GAP_TENSOR, int LANES>
-SOFTSW_TARGET_AVX512 void
-reverse_affine_row_avx512(const AffineReverseRows& r, AffineGapWeights gap, int32_t n, int32_t i,
-                          const ReverseLanes& ln) {
-  reverse_affine_row_body<8, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
+template <typename A, bool SOFT, bool GAP_TENSOR, int LANES>
+SOFTSW_TARGET_AVX512 void reverse_affine_row_avx512(const AffineReverseRowsOf<A>& r,
+                                                    AffineGapWeightsOf<A> gap, int32_t n,
+                                                    int32_t i, const ReverseLanesOf<A>& ln) {
+  reverse_affine_row_of<A, 32, SOFT, GAP_TENSOR, LANES>(r, gap, n, i, ln);
 }
 #endif
 
-template <bool SOFT, bool GAP_TENSOR, int LANES>
-AffineReverseRowFn pick_reverse_affine_row() {
+template <typename A, bool SOFT, bool GAP_TENSOR, int LANES>
+AffineReverseRowFnOf<A> pick_reverse_affine_row() {
 #if defined(__x86_64__)
   switch (isa_level()) {
-    case 2: return &reverse_affine_row_avx512<SOFT, GAP_TENSOR, LANES>;
-    case 1: return &reverse_affine_row_avx2<SOFT, GAP_TENSOR, LANES>;
+    case 2: return &reverse_affine_row_avx512<A, SOFT, GAP_TENSOR, LANES>;
+    case 1: return &reverse_affine_row_avx2<A, SOFT, GAP_TENSOR, LANES>;
     default: break;
   }
 #endif
-  return &reverse_affine_row_baseline<SOFT, GAP_TENSOR, LANES>;
+  return &reverse_affine_row_baseline<A, SOFT, GAP_TENSOR, LANES>;
 }
 
 // The row functions for groups of more than W / 2 pairs and for the others.
-struct AffineReverseRowFns {
-  AffineReverseRowFn wide, narrow;
-  AffineReverseRowFn of(int count) const { return count <= W / 2 ? narrow : wide; }
+template <typename A>
+struct AffineReverseRowFnsOf {
+  AffineReverseRowFnOf<A> wide, narrow;
+  AffineReverseRowFnOf<A> of(int count) const { return count <= W / 2 ? narrow : wide; }
 };
-template <bool SOFT, bool GAP_TENSOR>
-AffineReverseRowFns pick_reverse_affine_rows() {
-  return {pick_reverse_affine_row<SOFT, GAP_TENSOR, W>(),
-          pick_reverse_affine_row<SOFT, GAP_TENSOR, W / 2>()};
+using AffineReverseRowFns = AffineReverseRowFnsOf<float>;
+template <typename A, bool SOFT, bool GAP_TENSOR>
+AffineReverseRowFnsOf<A> pick_reverse_affine_rows() {
+  return {pick_reverse_affine_row<A, SOFT, GAP_TENSOR, W>(),
+          pick_reverse_affine_row<A, SOFT, GAP_TENSOR, W / 2>()};
 }
-inline AffineReverseRowFns pick_reverse_affine_rows(bool soft, bool gap_tensor) {
+template <typename A = float>
+AffineReverseRowFnsOf<A> pick_reverse_affine_rows(bool soft, bool gap_tensor) {
   if (soft)
-    return gap_tensor ? pick_reverse_affine_rows<true, true>()
-                      : pick_reverse_affine_rows<true, false>();
-  return gap_tensor ? pick_reverse_affine_rows<false, true>()
-                    : pick_reverse_affine_rows<false, false>();
+    return gap_tensor ? pick_reverse_affine_rows<A, true, true>()
+                      : pick_reverse_affine_rows<A, true, false>();
+  return gap_tensor ? pick_reverse_affine_rows<A, false, true>()
+                    : pick_reverse_affine_rows<A, false, false>();
 }
 
-// The lane-interleaved rows of an affine reverse pass, `stride` floats each:
-// two sets of shares (row i and the row above, swapped after every row), gap
-// scores, messages into row i and out of it (swapped likewise), and the
-// gradients of row i.
-struct AffineReverseBuffers {
+// The lane-interleaved rows of an affine reverse pass, `stride` elements
+// each: two sets of shares (row i and the row above, swapped after every
+// row), gap scores, messages into row i and out of it (swapped likewise), and
+// the gradients of row i.
+template <typename A>
+struct AffineReverseBuffersOf {
   static constexpr int kRows = 2 * 5 + 2 + 6 + 3;
-  AffineShareRows here{}, up{};
-  float *open = nullptr, *extend = nullptr;
-  float *in_c = nullptr, *in_a = nullptr, *in_u = nullptr;
-  float *out_c = nullptr, *out_a = nullptr, *out_u = nullptr;
-  float *os = nullptr, *oo = nullptr, *oe = nullptr;
+  AffineShareRowsOf<A> here{}, up{};
+  A *open = nullptr, *extend = nullptr;
+  A *in_c = nullptr, *in_a = nullptr, *in_u = nullptr;
+  A *out_c = nullptr, *out_a = nullptr, *out_u = nullptr;
+  A *os = nullptr, *oo = nullptr, *oe = nullptr;
 
-  // Lays the rows out from `base` (kRows * stride floats, zero), col 0 of
+  // Lays the rows out from `base` (kRows * stride elements, zero), col 0 of
   // the shares the boundary's; returns where they end.
-  float* bind(float* base, int64_t stride) {
-    float* next = base;
+  A* bind(A* base, int64_t stride) {
+    A* next = base;
     auto take = [&]() {
-      float* a = next;
+      A* a = next;
       next += stride;
       return a;
     };
-    for (AffineShareRows* s : {&here, &up}) {
-      *s = AffineShareRows{take(), take(), take(), take(), take()};
-      std::fill(s->start, s->start + W, 1.0f);
+    for (AffineShareRowsOf<A>* s : {&here, &up}) {
+      *s = AffineShareRowsOf<A>{take(), take(), take(), take(), take()};
+      std::fill(s->start, s->start + W, A(1));
     }
     open = take();
     extend = take();
@@ -284,9 +310,9 @@ struct AffineReverseBuffers {
 
   // One call of the row function: row i - 1's shares `given` (derive), row
   // i's pass (sweep); the gradients of the gaps when wanted.
-  AffineReverseRows rows(const AffineShareRows& given, bool derive, bool sweep,
-                         RowPrefetcher* prefetch, bool grad_o, bool grad_e) const {
-    AffineReverseRows r{};
+  AffineReverseRowsOf<A> rows(const AffineShareRowsOf<A>& given, bool derive, bool sweep,
+                              RowPrefetcher* prefetch, bool grad_o, bool grad_e) const {
+    AffineReverseRowsOf<A> r{};
     r.given = given;
     r.here = here;
     r.up = up;
@@ -313,6 +339,7 @@ struct AffineReverseBuffers {
     std::swap(in_u, out_u);
   }
 };
+using AffineReverseBuffers = AffineReverseBuffersOf<float>;
 
 // The forward run again over the pairs of a reverse group (their regions'
 // rows, whole chunks of their columns: bit for bit the training forward's),
@@ -408,45 +435,186 @@ class AffineShareBlocks {
   float* block_ = nullptr;
 };
 
+// The inputs of one row r's shares, lane-interleaved (col j at j * W, col 0
+// the boundary): the nodes C, U, L of row r and C of row r - 1 as the
+// forward kept them (kernel units), and the scores of row r at (j - 1) * W.
+template <typename A>
+struct AffineNodeRowsOf {
+  const A *c, *u, *l, *c_up, *s;
+};
+
+// Row r's shares from its nodes, AffineProbabilityWeights::shares of C and of
+// D = C[r-1, j-1] + s, U, L (4 exp2 a cell), into `out` at j * W, j = 1..n,
+// every lane (what lies past a lane's region is masked by the reverse row);
+// e0: C, for the "soft" seeds. A C the probability-domain forward flushed to
+// -inf (far below its chunk) gets a boundary's shares and carries nothing, as
+// in the float share rows (forward_probability.h).
+template <typename A, int VL>
+SOFTSW_VINLINE void shares_of_nodes_body(const AffineNodeRowsOf<A>& in, int32_t n,
+                                         const AffineShareRowsOf<A>& out) {
+  using X = Vec<A, VL>;
+  using F = typename X::F;
+  using P = AffineProbabilityWeights<Packed<A, VL>, PackedMath<A, VL>>;
+  const F zero = X::splat(A(0)), one = X::splat(A(1)), flushed = X::splat(-kInf<A>);
+  for (int64_t c = W; c < int64_t(n + 1) * W; c += VL) {
+    const F node_c = X::load(in.c + c);
+    const AffineShares<Packed<A, VL>> sh =
+        P::shares(node_c, X::load(in.c_up + c - W) + X::load(in.s + c - W), X::load(in.u + c),
+                  X::load(in.l + c));
+    const typename X::I live = node_c > flushed;
+    X::store(out.start + c, X::sel(live, sh.start.v, one));
+    X::store(out.d + c, X::sel(live, sh.d.v, zero));
+    X::store(out.u + c, X::sel(live, sh.u.v, zero));
+    X::store(out.l + c, X::sel(live, sh.l.v, zero));
+    X::store(out.e0 + c, node_c);
+  }
+}
+
+template <typename A>
+using SharesOfNodesFnOf = void (*)(const AffineNodeRowsOf<A>&, int32_t, const AffineShareRowsOf<A>&);
+
+template <typename A>
+void shares_of_nodes_baseline(const AffineNodeRowsOf<A>& in, int32_t n,
+                              const AffineShareRowsOf<A>& out) {
+  shares_of_nodes_body<A, 16 / static_cast<int>(sizeof(A))>(in, n, out);
+}
+#if defined(__x86_64__)
+template <typename A>
+SOFTSW_TARGET_AVX2 void shares_of_nodes_avx2(const AffineNodeRowsOf<A>& in, int32_t n,
+                                             const AffineShareRowsOf<A>& out) {
+  shares_of_nodes_body<A, 32 / static_cast<int>(sizeof(A))>(in, n, out);
+}
+#endif
+
+template <typename A>
+SharesOfNodesFnOf<A> pick_shares_of_nodes() {
+#if defined(__x86_64__)
+  if (isa_level() >= 1) return &shares_of_nodes_avx2<A>;
+#endif
+  return &shares_of_nodes_baseline<A>;
+}
+
+// The shares of a reverse group's rows from the log-domain nodes C, U, L that
+// the float64 forward keeps for every cell (`hidden`, the planes of setup.h),
+// one row at a time: AffineShareBlocks' counterpart for a state of planes.
+template <typename T>
+class AffineNodeShares {
+ public:
+  using A = Acc<T>;
+
+  AffineNodeShares(const Setup<T>& su, const ReversePairOf<A>* pairs, int count, int64_t /*mg*/,
+                   int64_t ng, const A* hidden)
+      : su_(su), count_(count), stride_((ng + 1) * W), fn_(pick_shares_of_nodes<A>()) {
+    const Problem& p = su.p;
+    for (int l = 0; l < count; ++l) {
+      hid_[l] = hidden + pairs[l].b * su.planes * su.MN;
+      S_[l] = static_cast<const T*>(p.scores) + pairs[l].b * su.MN;
+      mr_[l] = pairs[l].mr;
+      nr_[l] = pairs[l].nr;
+    }
+  }
+
+  // Elements bind() takes: the node rows (C, U, L, the C above, scores) and
+  // the shares (start, d, u, l, e0).
+  int64_t floats() const { return 10 * stride_ + 64 / sizeof(A); }
+  void bind(A* base) {
+    while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+    A* rows[10];
+    for (int k = 0; k < 10; ++k) rows[k] = base + k * stride_;
+    c_ = rows[0];
+    u_ = rows[1];
+    l_ = rows[2];
+    c_up_ = rows[3];
+    s_ = rows[4];
+    out_ = AffineShareRowsOf<A>{rows[5], rows[6], rows[7], rows[8], rows[9]};
+  }
+
+  // Row r's shares (1 <= r <= the group's rows; e0: C), valid until the next
+  // call.
+  AffineShareRowsOf<A> row(int64_t r) {
+    const int64_t N = su_.N, MN = su_.MN;
+    const A* src[W] = {};
+    const T* scores[W] = {};
+    int64_t n[W] = {};
+    for (int l = 0; l < count_; ++l) {
+      if (r > mr_[l]) continue;  // (past a lane's region: masked, left as it is)
+      n[l] = nr_[l];
+      scores[l] = S_[l] + (r - 1) * N;
+    }
+    A* const nodes[3] = {c_, u_, l_};  // the planes' order (setup.h)
+    for (int plane = 0; plane < 3; ++plane) {
+      for (int l = 0; l < count_; ++l) src[l] = n[l] ? hid_[l] + plane * MN + (r - 1) * N : nullptr;
+      interleave_rows(nodes[plane] + W, src, n, count_, A(1));
+    }
+    if (r == 1) {
+      std::fill(c_up_, c_up_ + stride_, A(0));
+    } else {
+      for (int l = 0; l < count_; ++l) src[l] = n[l] ? hid_[l] + (r - 2) * N : nullptr;
+      interleave_rows(c_up_ + W, src, n, count_, A(1));
+    }
+    interleave_rows_of(s_, scores, n, count_, su_.beta);
+    const AffineNodeRowsOf<A> in{c_, u_, l_, c_up_, s_};
+    fn_(in, static_cast<int32_t>(stride_ / W - 1), out_);
+    return out_;
+  }
+
+ private:
+  const Setup<T>& su_;
+  int count_;
+  int64_t stride_;
+  SharesOfNodesFnOf<A> fn_;
+  const A* hid_[W] = {};
+  const T* S_[W] = {};
+  int64_t mr_[W] = {}, nr_[W] = {};
+  A *c_ = nullptr, *u_ = nullptr, *l_ = nullptr, *c_up_ = nullptr, *s_ = nullptr;
+  AffineShareRowsOf<A> out_{};
+};
+
 // One group of up to W pairs (regions non-empty, inside the range rule),
 // start to finish: writes every entry of the pairs' gradients (zero outside
-// the regions). The cells' shares come from the forward run again over one
-// block of rows at a time, last block first, from the checkpoints the
-// training forward kept in `hidden` (AffineShareBlocks).
+// the regions). The cells' shares come, for float pairs, from the forward run
+// again over one block of rows at a time, last block first, from the
+// checkpoints the training forward kept in `hidden` (AffineShareBlocks); for
+// float64 pairs, from the C, U, L planes there (AffineNodeShares).
 template <typename T>
-void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int count,
-                          const AffineReverseRowFns& rows_fn, const float* hidden, T* grad_s,
-                          T* grad_o, T* grad_e, std::vector<float>& mem) {
-  const AffineReverseRowFn row = rows_fn.of(count);
+void reverse_affine_group(const Setup<T>& su, const ReversePairOf<Acc<T>>* pairs, int count,
+                          const AffineReverseRowFnsOf<Acc<T>>& rows_fn, const Acc<T>* hidden,
+                          T* grad_s, T* grad_o, T* grad_e, std::vector<Acc<T>>& mem) {
+  using A = Acc<T>;
+  using Shares = std::conditional_t<std::is_same_v<A, float>, AffineShareBlocks<T>,
+                                    AffineNodeShares<T>>;
+  const AffineReverseRowFnOf<A> row = rows_fn.of(count);
   const Problem& p = su.p;
   const int64_t N = su.N, MN = su.MN;
   int64_t mg = 0, ng = 0;
-  const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
+  const ReverseLanesOf<A> ln = lanes_of(pairs, count, mg, ng);
   GapView<T> go[W], ge[W];
   for (int l = 0; l < count; ++l) {
-    const ReversePair& q = pairs[l];
+    const ReversePairOf<A>& q = pairs[l];
     go[l] = su.gap(p.gap_open, q.b);
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {grad_s, grad_o, grad_e})
-      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
+      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, A(0));
   }
   const bool gap_tensor = p.has_gap_tensor();
-  const AffineGapWeights gaps = affine_gap_weights(su);
-  AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
-  // The pass's rows, then the forward's.
+  const AffineGapWeightsOf<A> gaps = affine_gap_weights(su);
+  Shares blocks(su, pairs, count, mg, ng, hidden);
+  // The pass's rows, then the shares' own.
   const int64_t stride = (ng + 1) * W;
-  mem.assign(static_cast<size_t>(AffineReverseBuffers::kRows * stride + blocks.floats() + 32), 0.0f);
-  float* base = mem.data();
+  mem.assign(static_cast<size_t>(AffineReverseBuffersOf<A>::kRows * stride + blocks.floats() +
+                                 128 / sizeof(A)),
+             A(0));
+  A* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  AffineReverseBuffers buf;
-  float* next = buf.bind(base, stride);
+  AffineReverseBuffersOf<A> buf;
+  A* next = buf.bind(base, stride);
   while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
   blocks.bind(next);
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   // Row r - 1's shares, to mask and pass on.
   auto rows_for = [&](int64_t r, bool sweep, RowPrefetcher* next) {
-    return buf.rows(r >= 2 ? blocks.row(r - 1) : AffineShareRows{}, r >= 2, sweep, next,
+    return buf.rows(r >= 2 ? blocks.row(r - 1) : AffineShareRowsOf<A>{}, r >= 2, sweep, next,
                     grad_o != nullptr, grad_e != nullptr);
   };
   // The shares of row mg first, then each row's pass from the last up.
@@ -466,10 +634,10 @@ void reverse_affine_group(const Setup<T>& su, const ReversePair* pairs, int coun
     // over this row's columns.
     RowPrefetcher next;
     for (int l = 0; l < count && i >= 2; ++l)
-      if (std::is_same_v<T, float> && i - 1 <= pairs[l].mr)
+      if (std::is_same_v<T, A> && i - 1 <= pairs[l].mr)
         for (T* g : {grad_s, grad_o, grad_e})
           if (g) next.add(g + pairs[l].b * MN + (i - 2) * N);
-    next.pace(ng, ng);
+    next.pace(ng, ng, sizeof(A));
     row(rows_for(i, true, &next), gaps, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     scatter_row(su, pairs, count, i, lane_nr, buf.os, grad_s);
     scatter_row(su, pairs, count, i, lane_nr, buf.oo, grad_o);
