@@ -67,3 +67,26 @@ def quantized(gen, *shape, dtype=torch.float64, device="cpu", step=0.125, scale=
     so ties are exact, frequent, and resolved the same way by every dtype."""
     x = torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
     return (torch.round(x / step) * step).to(dtype).to(device)
+
+
+def scores_near_a_limit(gen, B, M, N, s):
+    """(B, M, N) float64 scores at a range rule's limit `s` (caller units):
+    pair 0 all s, pairs 1..7 between 3 s / 4 and s and above (Z grows about as
+    fast as the rule allows on every step), the rest in [-s, s]."""
+    S = torch.full((B, M, N), s, dtype=torch.float64)
+    S[1:8] = randn(gen, 7, M, N).abs() * s / 4 + s * 3 / 4
+    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * s
+    return S
+
+
+def scores_across_a_range_rule(gen, B, M, N, big, block=40.0):
+    """(B, M, N) float64 standard normal scores with pairs pushed out of a
+    range rule: pair 1 with one cell `big` (dominating), pair 5 with its last
+    cell -`big` (far below), pair 7 scaled by 1e3, pair 9 with a block of
+    `block` (rows 5..9 of an (M, N) of at least 10 x 20)."""
+    S = randn(gen, B, M, N)
+    S[1, 3, 10] = big
+    S[5, M - 1, N - 1] = -big
+    S[7] *= 1e3
+    S[9, 5:10, 10:20] = block
+    return S

@@ -16,7 +16,10 @@ pairs (full groups and remainders), lengths shorter than the tensor with
 garbage padding, temperatures 1e-3 .. 1e3, |S| up to 1e4 (pairs in and out of
 the range rule in one batch), "max" and "soft"; and they show that the SIMD
 backward is what ran: on the same forward state, its gradients differ from
-the scalar passes' (SOFTSW_CPU_ISA=scalar) in the last bits.
+the scalar passes' (SOFTSW_CPU_ISA=scalar) in the last bits. (The training
+tests of test_cpu_probability_domain_float64.py go through it too: scores
+and gaps at the limit of the range rule among them, where an affine C the
+forward flushed to -inf must carry nothing.)
 """
 import math
 import os
@@ -29,7 +32,7 @@ import torch
 
 import softsw
 from conftest import assert_close, fill_padding, grad_tol, leaf, rand_lengths, randn
-from helpers import compare_with_reference
+from helpers import compare_with_reference, scores_across_a_range_rule
 from reference import ref_align
 from softsw import _ops
 
@@ -73,37 +76,12 @@ def test_temperatures_and_magnitudes(two_cpu_threads, gen, T, magnitude, reducti
 
 @AFFINE
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-@pytest.mark.parametrize("side", ["inside", "outside"])
-def test_scores_and_gaps_at_the_limit(gen, side, reduction, affine):
-    """Scores just inside (or just outside) the double range rule: H in the
-    thousands of kernel units, the start term and gap nodes far below a row's
-    exponent flushed to zero by the forward (an affine C flushed to -inf
-    carries nothing); gaps at the limit, negative and positive."""
-    B, M, N = 17, 24, 30
-    T = 1.0
-    factor = 0.98 if side == "inside" else 1.02
-    s = factor * DOUBLE_LOG2_LIMIT * T * math.log(2)
-    S = torch.full((B, M, N), s, dtype=F64)
-    S[1:8] = randn(gen, 7, M, N).abs() * s / 4 + s * 3 / 4
-    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * s
-    gaps = ((-s, -s), (-s, s), (s, -1.0)) if affine else ((-s, None), (-1.0, None), (s / 2, None))
-    for gap, extend in gaps:
-        compare_with_reference(gen, S, gap, T, gap_extend=extend, reduction=reduction)
-
-
-@AFFINE
-@pytest.mark.parametrize("reduction", ["max", "soft"])
 def test_range_rule_mixed_in_one_group(two_cpu_threads, gen, reduction, affine):
     """One group of 17 pairs: some far out of the double range rule (a single
     dominating cell, scores scaled by 1e3), the rest inside."""
     B, M, N = 17, 18, 27
     T = 0.7
-    S = randn(gen, B, M, N)
-    big = 4 * DOUBLE_LOG2_LIMIT * T * math.log(2)
-    S[1, 3, 10] = big
-    S[5, 17, 26] = -big
-    S[7] *= 1e3
-    S[9, 5:10, 10:20] = 40.0
+    S = scores_across_a_range_rule(gen, B, M, N, 4 * DOUBLE_LOG2_LIMIT * T * math.log(2))
     lengths = rand_lengths(gen, B, M, N)
     S = fill_padding(S, lengths, gen)
     compare_with_reference(gen, S, -1.0, T, gap_extend=-0.25 if affine else None,
@@ -242,7 +220,8 @@ def backward_under(isa, path, cases):
     env = dict(os.environ, SOFTSW_CPU_ISA=isa, SOFTSW_NUM_THREADS="3")
     proc = subprocess.run([sys.executable, "-c", BACKWARD_SCRIPT, str(cases_file), str(out_file)],
                           capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, \
+        f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert proc.stdout.strip().endswith("OK")
     return torch.load(out_file)
 

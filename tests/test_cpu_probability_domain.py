@@ -19,6 +19,7 @@ import torch
 
 import softsw
 from conftest import assert_close, fill_padding, rand_lengths, randn, score_tol
+from helpers import scores_near_a_limit
 from reference import ref_align
 
 # ProbabilityRange<float>::kMaxLog2Weight (csrc/kernels/probability.h).
@@ -105,9 +106,7 @@ def test_scores_and_gap_at_the_limit(gen, side, reduction):
     T = 1.0
     factor = 0.98 if side == "inside" else 1.02
     s = factor * FLOAT_LOG2_LIMIT * T * math.log(2)
-    S = torch.full((B, M, N), s, dtype=torch.float64)
-    S[1:8] = randn(gen, 7, M, N).abs() * s / 4 + s * 3 / 4
-    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * s
+    S = scores_near_a_limit(gen, B, M, N, s)
     for gap in (-s, -1.0, s / 2):
         out, _ = check(S, gap, T, None, reduction)
         assert torch.isfinite(out).all()

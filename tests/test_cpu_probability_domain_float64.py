@@ -25,7 +25,7 @@ import torch
 
 import softsw
 from conftest import assert_close, fill_padding, leaf, rand_lengths, randn, score_tol
-from helpers import compare_with_reference
+from helpers import compare_with_reference, scores_across_a_range_rule, scores_near_a_limit
 from reference import ref_align
 
 # ProbabilityRange<double>::kMaxLog2Weight (csrc/kernels/probability.h).
@@ -93,9 +93,7 @@ def test_scores_and_gaps_at_the_limit(gen, side, reduction, affine):
     T = 1.0
     factor = 0.98 if side == "inside" else 1.02
     s = factor * DOUBLE_LOG2_LIMIT * T * math.log(2)
-    S = torch.full((B, M, N), s, dtype=F64)
-    S[1:8] = randn(gen, 7, M, N).abs() * s / 4 + s * 3 / 4
-    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * s
+    S = scores_near_a_limit(gen, B, M, N, s)
     gaps = ((-s, -s), (-s, s), (s, -1.0)) if affine else ((-s, None), (-1.0, None), (s / 2, None))
     for gap, extend in gaps:
         out, _ = check_both(gen, S, gap, T, None, reduction, extend)
@@ -110,12 +108,7 @@ def test_mixed_batch_switches_per_pair(gen, reduction, affine):
     their pairs, the rest in range; each pair right whichever domain it runs in."""
     B, M, N = 20, 18, 27
     T = 0.7
-    S = randn(gen, B, M, N)
-    big = 4 * DOUBLE_LOG2_LIMIT * T * math.log(2)
-    S[1, 3, 10] = big
-    S[5, 17, 26] = -big
-    S[7] *= 1e3
-    S[9, 5:10, 10:20] = 40.0
+    S = scores_across_a_range_rule(gen, B, M, N, 4 * DOUBLE_LOG2_LIMIT * T * math.log(2))
     lengths = rand_lengths(gen, B, M, N)
     S = fill_padding(S, lengths, gen)
     ext = -0.25 if affine else None
