@@ -79,7 +79,7 @@ Groups make_groups(const Setup<T>& su, std::vector<int64_t> pairs, double work) 
 // The plan: pairs that are empty or invalid get their result at once; at
 // T > 0, the pairs the range rule of their accumulate type admits run in the
 // probability domain (forward_probability.h; float64 pairs too, keeping the
-// log-domain state, H or the C, U, L planes, that the scalar backward reads);
+// log-domain state, H or the C, U, L planes, that their backward reads);
 // the other linear-gap float pairs, and in hard mode (T = 0) the affine-gap
 // float pairs, on the SIMD log-domain forward (forward_simd.h); the rest on
 // the scalar passes.

@@ -81,10 +81,11 @@ bool fits_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n)
 }
 
 // Whether the float passes run pair b in the probability domain (the
-// forward, and the affine backward from its checkpoints, checkpoints.h):
-// a float accumulator and fits_probability_range. (A float64 pair that fits
-// runs its forward there too, but keeps the log-domain state the scalar
-// backward reads: forward.cpp.)
+// forward, the affine backward from its checkpoints, checkpoints.h, and the
+// scalar affine passes' row weights): a float accumulator and
+// fits_probability_range. (A float64 pair that fits runs its forward there
+// too, keeping the log-domain state, and its affine backward on the shares
+// of those nodes: backward.cpp.)
 template <typename T>
 bool in_probability_range(const Setup<T>& su, int64_t b, int64_t m, int64_t n) {
   return std::is_same_v<Acc<T>, float> && fits_probability_range(su, b, m, n);

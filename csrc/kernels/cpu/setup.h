@@ -63,25 +63,27 @@
 //     (forward_probability.h; a lone long pair on column blocks: linear gaps
 //     with a constant gap there, affine gaps in affine_long_pair.h when its
 //     training state fits in its slice); float64 pairs too (the double range
-//     rule, double lanes; a training forward keeps H or the C, U, L planes,
-//     for the scalar backward; a lone long affine pair runs in a group);
+//     rule, double lanes; a training forward keeps H or the C, U, L planes;
+//     a lone long affine pair runs in a group);
 //   forward, linear gaps, any other pair, and affine gaps at T = 0: the log
 //     domain (forward_simd.h);
 //   backward, linear gaps, T > 0: reverse_simd.h (a lone long pair: its
-//     region's column blocks on the lanes);
+//     region's column blocks on the lanes); float64 too, double lanes (a
+//     lone short float64 pair: a group of one);
 //   backward, affine gaps, T > 0, a pair inside the range rule (constant or
 //     per-cell gaps): the shares of the forward run again from its
 //     checkpoints (reverse_affine_simd.h; a lone long pair whose forward ran
-//     on column blocks: on them again, affine_long_pair.h);
+//     on column blocks: on them again, affine_long_pair.h); float64 pairs
+//     inside the double range rule too, their shares from the C, U, L planes;
 //   double backward, linear gaps, T > 0: double_backward_simd.h;
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
 //     affine_double_backward_simd.h, on the same shares.
 // A group of at most W / 2 pairs runs narrow rows (half the lanes) where a
 // pass has them (the probability-domain rows, the affine reverse and double
 // backward rows). Every other pass (float64 outside the probability-domain
-// forward, T = 0 backward, the affine
-// backward and double backward outside the range rule, and the affine
-// forward at T > 0 outside the range rule) is the scalar cell loop of
+// forward and the backward above, the float64 double backward, T = 0
+// backward, the affine backward and double backward outside the range rule,
+// and the affine forward at T > 0 outside the range rule) is the scalar cell loop of
 // forward.h and reverse.h; so is a linear pair alone in its group of the
 // double backward, or of the backward when it is short. The soft passes
 // run with subnormal numbers flushed to zero (float_mode.h). The scalar reverse and tangent passes

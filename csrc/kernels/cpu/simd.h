@@ -5,8 +5,8 @@
 // run-time choice of instruction set. Wider than native vectors are avoided
 // on purpose: compilers lower their comparisons and selects element by
 // element. Vec<E, VL> is generic in the element (float, or double for the
-// float64 probability-domain forward); V<VL>, Floats<VL> and VecMath<VL> are
-// the float ones the float-only passes use.
+// float64 probability-domain forward and backward); V<VL>, Floats<VL> and
+// VecMath<VL> are the float ones the float-only passes use.
 //
 // exp2 / log2 are polynomials. float: relative error ~2e-9 and ~7e-10 before
 // float rounding; double: at most ~1.2 and ~2.9 ulp (dev/polynomials.py,
