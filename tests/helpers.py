@@ -1,10 +1,14 @@
 """Comparison of softsw against the float64 reference (values and gradients)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import torch
 
 import softsw
-from conftest import assert_close, grad_tol, grads, padding_mask, randn, score_tol
+from conftest import assert_close, grad_tol, grads, leaf, padding_mask, randn, score_tol
 from reference import ref_align
 
 
@@ -61,6 +65,26 @@ def compare_with_reference(gen, S, gap_open=-1.0, temperature=1.0, *, gap_extend
     return out, list(kg)
 
 
+def first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype, extend=None,
+                     align=softsw.align):
+    """First derivatives of sum_b w_b score_b, then the gradient of
+    <V, dS> + <U, dgap> (+ <-U, dextend>) + <w_dot, w> with respect to S, the
+    gap scores and w. `extend`: None for linear gaps. `align`: softsw.align,
+    or the float64 reference (reference.ref_align)."""
+    x = leaf(S.to(dtype))
+    g = leaf(gap.to(dtype)) if isinstance(gap, torch.Tensor) else gap
+    e = leaf(extend.to(dtype)) if isinstance(extend, torch.Tensor) else extend
+    wt = leaf(w.to(dtype))
+    out = align(x, g, T, gap_extend=e, lengths=lengths, reduction=reduction)
+    ins = [x] + [t for t in (g, e) if isinstance(t, torch.Tensor)]
+    first = torch.autograd.grad(out, ins, grad_outputs=wt, create_graph=True)
+    loss = (first[0] * V.to(dtype)).sum()
+    for k, f in enumerate(first[1:]):
+        loss = loss + (f * U.to(dtype)).sum() * (1 - 2 * k)
+    second = torch.autograd.grad(loss, ins + [wt])
+    return list(first) + list(second), out.detach().abs().max().item()
+
+
 def quantized(gen, *shape, dtype=torch.float64, device="cpu", step=0.125, scale=2.0):
     """Random scores on a dyadic grid (multiples of `step`): every sum the
     hard-mode (T = 0) recurrence forms is exact in float32 and float64 alike,
@@ -90,3 +114,31 @@ def scores_across_a_range_rule(gen, B, M, N, big, block=40.0):
     S[7] *= 1e3
     S[9, 5:10, 10:20] = block
     return S
+
+
+def outputs_under_isa(isa, path, script, payload):
+    """What `script` saves (to its argv[2]) from `payload` (loaded from its
+    argv[1]) in a process under SOFTSW_CPU_ISA=isa, 3 threads: the same op on
+    the same inputs under each instruction set."""
+    payload_file, out_file = path / "payload.pt", path / f"{isa}.pt"
+    torch.save(payload, payload_file)
+    env = dict(os.environ, SOFTSW_CPU_ISA=isa, SOFTSW_NUM_THREADS="3")
+    proc = subprocess.run([sys.executable, "-c", script, str(payload_file), str(out_file)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, \
+        f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert proc.stdout.strip().endswith("OK")
+    return torch.load(out_file)
+
+
+def assert_simd_ran(isa, cases, simd, scalar, name):
+    """`simd`, `scalar`: per case, {output name: tensor} of the same op on the
+    same inputs under `isa` and under SOFTSW_CPU_ISA=scalar. Both match each
+    case's float64 reference ("want": {output name: tensor}, "tol"), and
+    output `name` differs between them in the last bits: the SIMD passes ran."""
+    for c, a, b in zip(cases, simd, scalar):
+        for out, want in c["want"].items():
+            assert_close(a[out], want, torch.float64, f"{isa} {out} {c['what']}", tol=c["tol"])
+            assert_close(b[out], want, torch.float64, f"scalar {out} {c['what']}", tol=c["tol"])
+        assert not torch.equal(a[name], b[name]), \
+            f"{c['what']}: {name}: the scalar passes' bits: the SIMD passes did not run"

@@ -22,28 +22,10 @@ import textwrap
 import pytest
 import torch
 
-import softsw
-from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, rand_lengths, randn
+from conftest import assert_close, fill_padding, grad_tol, hvp_tol, rand_lengths, randn
+from helpers import first_and_second
 
 NAMES = ["d/d S", "d/d gap", "HVP d/d S", "HVP d/d gap", "d/d grad_output"]
-
-
-def first_and_second(S, gap, T, lengths, reduction, w, V, U, dtype, extend=None):
-    """First derivatives of sum_b w_b score_b, then the gradient of
-    <V, dS> + <U, dgap> (+ <-U, dextend>) + <w_dot, w> with respect to S, the
-    gap scores and w. `extend`: None for linear gaps."""
-    x = leaf(S.to(dtype))
-    g = leaf(gap.to(dtype)) if isinstance(gap, torch.Tensor) else gap
-    e = leaf(extend.to(dtype)) if isinstance(extend, torch.Tensor) else extend
-    wt = leaf(w.to(dtype))
-    out = softsw.align(x, g, T, gap_extend=e, lengths=lengths, reduction=reduction)
-    ins = [x] + [t for t in (g, e) if isinstance(t, torch.Tensor)]
-    first = torch.autograd.grad(out, ins, grad_outputs=wt, create_graph=True)
-    loss = (first[0] * V.to(dtype)).sum()
-    for k, f in enumerate(first[1:]):
-        loss = loss + (f * U.to(dtype)).sum() * (1 - 2 * k)
-    second = torch.autograd.grad(loss, ins + [wt])
-    return list(first) + list(second), out.detach().abs().max().item()
 
 
 def compare(gen, B, M, N, T, reduction, gap_tensor, dtype=torch.float32, lengths=None,

@@ -312,69 +312,72 @@ void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int
   st(ggs, b, sdot);
 }
 
-// The SIMD double backward, soft (T > 0), float accumulate: linear gaps
-// (double_backward_simd.h) every pair, affine gaps
-// (affine_double_backward_simd.h) the pairs inside the range rule of
-// probability.h, in groups; a lone pair and the other pairs (empty, invalid,
-// out of range) on the scalar passes. False when it does not apply (then the
-// scalar passes run).
+// The SIMD double backward, soft (T > 0): linear gaps
+// (double_backward_simd.h) every pair, float and double accumulate; affine
+// gaps (affine_double_backward_simd.h, float accumulate only) the pairs
+// inside the range rule of probability.h. In groups; a lone linear pair and
+// the other pairs (empty, invalid, out of range) on the scalar passes.
+// False when it does not apply (then the scalar passes run): float64 affine
+// gaps among others.
 template <typename T>
 bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
+  using A = Acc<T>;
+  constexpr bool kFloat = std::is_same_v<A, float>;
   const Problem& p = su.p;
-  if constexpr (!std::is_same_v<Acc<T>, float>) {
+  if (su.hard || (!kFloat && p.affine) || su.M >= (int64_t(1) << 30) ||
+      su.N >= (int64_t(1) << 30) || simd::isa_level() < 0)
     return false;
-  } else {
-    if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
-        simd::isa_level() < 0)
-      return false;
-    std::vector<simd::ReversePair> pairs;
-    std::vector<int64_t> singles;
-    double work = 0;
-    group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
-    const float* hidden = static_cast<const float*>(args.state.hidden);
-    work *= 2;  // a tangent and a reverse pass
-    const int64_t P = static_cast<int64_t>(pairs.size());
-    const int64_t groups = group_count(P, work);
-    const bool soft = su.soft_reduction;
-    const simd::TangentRowFns linear =
-        soft ? simd::pick_tangent_rows<true>() : simd::pick_tangent_rows<false>();
-    simd::AffineTangentRowFns affine[2];  // [narrow]
+  std::vector<simd::ReversePairOf<A>> pairs;
+  std::vector<int64_t> singles;
+  double work = 0;
+  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+  const A* hidden = static_cast<const A*>(args.state.hidden);
+  work *= 2;  // a tangent and a reverse pass
+  const int64_t P = static_cast<int64_t>(pairs.size());
+  const int64_t groups = group_count(P, work);
+  const bool soft = su.soft_reduction;
+  const simd::TangentRowFnsOf<A> linear =
+      soft ? simd::pick_tangent_rows<A, true>() : simd::pick_tangent_rows<A, false>();
+  simd::AffineTangentRowFns affine[2];  // [narrow]
+  if (p.affine)
     for (bool narrow : {false, true})
       affine[narrow] = soft ? simd::pick_affine_tangent_rows<true>(narrow)
                             : simd::pick_affine_tangent_rows<false>(narrow);
-    const simd::TangentIO<T> io{
-        static_cast<const T*>(args.dir_scores),
-        static_cast<const T*>(args.dir_gap_open),
-        p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr,
-        static_cast<T*>(args.hvp_scores),
-        static_cast<T*>(args.hvp_gap_open),
-        p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr,
-        static_cast<T*>(args.grad_grad_score)};
-    const int64_t items = groups + static_cast<int64_t>(singles.size());
-    parallel_for<Scratch<float>>(items, work, [&](int64_t g, Scratch<float>& sc) {
-      if (g >= groups) {
-        double_backward_one<T>(su, args, singles[g - groups], sc);
-        return;
-      }
-      const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
-      // One busy lane of W is slower than the scalar passes, but an affine
-      // pair's state is its checkpoints, which the group passes read.
-      if (hi - lo == 1 && !p.affine) {
-        double_backward_one<T>(su, args, pairs[lo].b, sc);
-        return;
-      }
-      if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/p.affine);
-      const int count = static_cast<int>(hi - lo);
-      if (p.affine)
+  const simd::TangentIO<T> io{
+      static_cast<const T*>(args.dir_scores),
+      static_cast<const T*>(args.dir_gap_open),
+      p.affine ? static_cast<const T*>(args.dir_gap_extend) : nullptr,
+      static_cast<T*>(args.hvp_scores),
+      static_cast<T*>(args.hvp_gap_open),
+      p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr,
+      static_cast<T*>(args.grad_grad_score)};
+  const int64_t items = groups + static_cast<int64_t>(singles.size());
+  parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
+    if (g >= groups) {
+      double_backward_one<T>(su, args, singles[g - groups], sc);
+      return;
+    }
+    const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+    // One busy lane of W is slower than the scalar passes (float and
+    // double: there is no column-block pass for a lone pair here), but an
+    // affine pair's state is its checkpoints, which the group passes read.
+    if (hi - lo == 1 && !p.affine) {
+      double_backward_one<T>(su, args, pairs[lo].b, sc);
+      return;
+    }
+    if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/kFloat && p.affine);
+    const int count = static_cast<int>(hi - lo);
+    if constexpr (kFloat) {
+      if (p.affine) {
         simd::affine_double_backward_group<T>(su, pairs.data() + lo, count,
                                               affine[count <= simd::W / 2], hidden, io, sc);
-      else
-        simd::double_backward_linear_group<T>(su, pairs.data() + lo, count, linear, hidden, io,
-                                              sc);
-    });
-    return true;
-  }
+        return;
+      }
+    }
+    simd::double_backward_linear_group<T>(su, pairs.data() + lo, count, linear, hidden, io, sc);
+  });
+  return true;
 #else
   (void)su;
   (void)args;

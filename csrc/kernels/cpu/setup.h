@@ -75,13 +75,14 @@
 //     checkpoints (reverse_affine_simd.h; a lone long pair whose forward ran
 //     on column blocks: on them again, affine_long_pair.h); float64 pairs
 //     inside the double range rule too, their shares from the C, U, L planes;
-//   double backward, linear gaps, T > 0: double_backward_simd.h;
+//   double backward, linear gaps, T > 0: double_backward_simd.h; float64
+//     too, double lanes;
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
 //     affine_double_backward_simd.h, on the same shares.
 // A group of at most W / 2 pairs runs narrow rows (half the lanes) where a
 // pass has them (the probability-domain rows, the affine reverse and double
 // backward rows). Every other pass (float64 outside the probability-domain
-// forward and the backward above, the float64 double backward, T = 0
+// forward and the backward above, the float64 affine double backward, T = 0
 // backward, the affine backward and double backward outside the range rule,
 // and the affine forward at T > 0 outside the range rule) is the scalar cell loop of
 // forward.h and reverse.h; so is a linear pair alone in its group of the
