@@ -245,3 +245,26 @@ def test_cpu_and_cuda_float32_kernels_agree(gen, case, affine, reduction):
         assert_close(c, r, torch.float32, f"{name} (cpu)", tol=tol)
         assert_close(d, r, torch.float32, f"{name} (cuda)", tol=tol)
         assert_close(d, c, torch.float32, f"{name} (cuda vs cpu)", tol=2 * tol)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+@pytest.mark.parametrize("case", list(CPU_PATH_CASES), ids=str)
+def test_cpu_and_cuda_float64_kernels_agree(gen, case, affine, reduction):
+    """The CPU's float64 passes (the probability domain on SIMD lanes of
+    doubles, groups and column blocks; the log domain out of the range rule)
+    and the CUDA float64 kernels are two independent implementations: score,
+    gradient and Hessian-vector product agree to the float64 tolerance."""
+    B, M, N, T = CPU_PATH_CASES[case]
+    S = randn(gen, B, M, N)
+    V = randn(gen, B, M, N)
+    ext = -0.5 if affine else None
+    lengths = rand_lengths(gen, B, M, N) if B > 1 else None
+    cpu = _step_and_hvp(S, T, ext, lengths, reduction, V)
+    on_device = lengths.cuda() if lengths is not None else None
+    cuda = _step_and_hvp(S.cuda(), T, ext, on_device, reduction, V.cuda())
+    big = cpu[0].abs().max().item()
+    tols = [score_tol(torch.float64, M, N), grad_tol(torch.float64, M, N, T, big),
+            hvp_tol(torch.float64, M, N, T, big)]
+    for name, c, d, tol in zip(["score", "d/d scores", "hvp"], cpu, cuda, tols):
+        assert_close(d, c, torch.float64, f"{name} (cuda vs cpu)", tol=tol)
