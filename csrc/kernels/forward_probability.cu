@@ -21,7 +21,7 @@
 // is done.
 //
 // Scaling. Each row is kept as z = Z 2^-o with its own exponent o and brought
-// back to [1, 2) after every group of steps (kGroupSteps); a value from the
+// back to [1, 2) after every group of steps (kGroupSteps<R>); a value from the
 // row above is multiplied by f = 2^(o_above - o), recomputed then. The
 // reductions fold into log2 units (SoftTotal, the running max) at the same
 // time, before o changes.
@@ -73,10 +73,9 @@ struct ProbabilityForwardArgs {
 // Steps between two checks (and renormalisations); a chunk holds whole
 // groups. The check detects overflow, so the group's length is no part of
 // exactness (probability.h): a longer one only sends more high-scoring pairs
-// to the log domain. 16 steps with several rows per lane measured 3-9 %
-// faster on the H200 (half the check's work a cell) but has not been through
-// the GPU tests yet, so every R runs 8 (one row would spill at 16).
-constexpr int kGroupSteps = 8;
+// to the log domain. With several rows per lane 16 steps (half the check's
+// work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16.
+template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 
 // A band edge value Z = m 2^e as two tagged words of A each: the mantissa m
 // in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
                                   : sizeof(T) == 2 || STATE  ? 5
                                                              : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
-  constexpr int kGroup = kGroupSteps;
+  constexpr int kGroup = kGroupSteps<R>;
   static_assert(kChunkSteps % kGroup == 0, "a chunk holds whole groups");
   constexpr int kBandRows = kWarp * R;
   constexpr int kPitch = kStagePitch<T>;
