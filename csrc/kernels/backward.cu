@@ -423,6 +423,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     // Contributions E * p_k this lane's row made on the last two steps.
     A m1 = A(0), m1p = A(0), m2 = A(0), m3 = A(0);
     A below_reg = A(0);        // contributions of the band below (lane 31's chunk)
+    typename Edge::Words below_next;  // ... the next chunk's, loaded ahead (or none yet)
     EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
 
     // One reverse step on this lane's cell (r, t - lane) with score s
@@ -439,7 +440,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       if (has_below && (x_last == kWarp - 1 || (checked && c_last == n - 1)) &&
           c_last >= 0 && c_last < n) {
         const int c = (c_last & ~(kWarp - 1)) + lane;
-        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c) : A(0);
+        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c, below_next) : A(0);
+        // The next chunk of the band below's contributions (columns run
+        // downwards), loaded a chunk ahead; not with 2-byte scores, whose
+        // staging code needs the registers (it would spill).
+        if (sizeof(T) >= 4 && c >= kWarp)
+          below_next = Edge::Words::load(edge_below + int64_t(c - kWarp) * Edge::kWords);
       }
       const A h = ring[x & (kHiddenRing - 1)];
       const A left = ring[(x - 1) & (kHiddenRing - 1)];

@@ -85,26 +85,17 @@ template <typename A>
 struct ScaledEdge {
   static constexpr int kValueWords = TaggedEdge<A>::kWords;
   static constexpr int kWords = 2 * kValueWords;
+  using Words = TaggedWords<kWords>;
   __device__ static void put(unsigned long long* column, A m, A e, int col) {
     TaggedEdge<A>::put(column, m, col);
     TaggedEdge<A>::put(column + kValueWords, e, col);
   }
-  __device__ static void get(const unsigned long long* column, int col, A& m, A& e) {
-    const unsigned long long tag = static_cast<unsigned long long>(col + 1);
-    unsigned long long word[kWords];
-    for (;;) {
-      bool ready = true;
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) {
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word[w]) : "l"(column + w) : "memory");
-        ready &= (word[w] >> 32) == tag;
-      }
-      if (ready) break;
-      __nanosleep(32);
-    }
+  // `early`: the column's words loaded before (a chunk ahead), or none.
+  __device__ static void get(const unsigned long long* column, int col, A& m, A& e, Words early) {
+    const Words word = early.settle(column, col);
     uint32_t bits[kWords];
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) bits[w] = static_cast<uint32_t>(word[w]);
+    for (int w = 0; w < kWords; ++w) bits[w] = word.bits(w);
     memcpy(&m, bits, sizeof(A));
     memcpy(&e, bits + kValueWords, sizeof(A));
   }
@@ -462,6 +453,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     if (chunks > 1) stage_chunk(1);
     else copy_async_commit();
     bool log_domain = false;
+    // The band above's column of the next chunk (this lane's), loaded a chunk
+    // ahead.
+    typename Edge::Words next_edge;
+    if (has_above && lane < n) next_edge = Edge::Words::load(edge_above + int64_t(lane) * Edge::kWords);
     for (int q = 0; q < chunks; ++q) {
       const int t0 = q * kChunkSteps;
       copy_async_wait<1>();  // chunk q has landed (q + 1 may still be in flight)
@@ -470,7 +465,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         const int col = t0 + lane;
         edge_m = A(1);
         edge_e = A(0);
-        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e);
+        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e, next_edge);
+        if (col + kChunkSteps < n)
+          next_edge = Edge::Words::load(edge_above + int64_t(col + kChunkSteps) * Edge::kWords);
         if (log_domain) edge_h = log2_acc(edge_m) + edge_e;
         else edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
       }
