@@ -328,6 +328,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // scores' two slots, so that 6 blocks of 4 warps share an SM: while a band
 // waits on the band below it (a chunk of columns at a time) others compute.
 constexpr int kHiddenRing = 8;
+// The band edge between neighbouring bands goes over in groups of 8 columns,
+// not whole chunks: a band then starts ~31 + 8 steps after the band below it
+// instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
+// pipeline). The tags are per column, so the group is this pass's choice.
+constexpr int kEdgeGroup = 8;
 
 template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
@@ -422,8 +427,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
 
     // Contributions E * p_k this lane's row made on the last two steps.
     A m1 = A(0), m1p = A(0), m2 = A(0), m3 = A(0);
-    A below_reg = A(0);        // contributions of the band below (lane 31's chunk)
-    typename Edge::Words below_next;  // ... the next chunk's, loaded ahead (or none yet)
+    A below_reg = A(0);        // contributions of the band below (lane 31's columns, mod 32)
+    typename Edge::Words below_next;  // ... this lane's next group's, loaded ahead (or none yet)
     EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
 
     // One reverse step on this lane's cell (r, t - lane) with score s
@@ -435,17 +440,22 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     auto step = [&](const int t, const int x, const A s, const bool checked) {
       const int c_last = t - (kBandRows - 1);
       const int x_last = (x + 1) & (kWarp - 1);
-      // A chunk of the band below's contributions: at its last column, or at
-      // the pair's last column (only in checked chunks: c_last < n - 31 else).
-      if (has_below && (x_last == kWarp - 1 || (checked && c_last == n - 1)) &&
+      // A group of the band below's contributions (kEdgeGroup columns, the
+      // lanes of its columns): at its last column, or at the pair's last
+      // column (only in checked chunks: c_last < n - 31 else).
+      if (has_below && ((x_last & (kEdgeGroup - 1)) == kEdgeGroup - 1 || (checked && c_last == n - 1)) &&
           c_last >= 0 && c_last < n) {
         const int c = (c_last & ~(kWarp - 1)) + lane;
-        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c, below_next) : A(0);
-        // The next chunk of the band below's contributions (columns run
-        // downwards), loaded a chunk ahead; not with 2-byte scores, whose
+        const int first = c_last & ~(kEdgeGroup - 1);
+        if (c >= first && c <= c_last)
+          below_reg = Edge::get(edge_below + int64_t(c) * Edge::kWords, c, below_next);
+        // The next group's words (columns run downwards; after a chunk's
+        // first group, the last group of the chunk before), loaded a group
+        // ahead by the lanes that read them; not with 2-byte scores, whose
         // staging code needs the registers (it would spill).
-        if (sizeof(T) >= 4 && c >= kWarp)
-          below_next = Edge::Words::load(edge_below + int64_t(c - kWarp) * Edge::kWords);
+        const int next = first - kEdgeGroup;
+        if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
+          below_next = Edge::Words::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * Edge::kWords);
       }
       const A h = ring[x & (kHiddenRing - 1)];
       const A left = ring[(x - 1) & (kHiddenRing - 1)];
@@ -478,8 +488,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       // Lane 0's row is the band's top row: hand its contributions up.
       if (has_above) {
         to_above.collect(0, n2 + m1, 0, x, lane);
-        // Columns run downwards: a chunk is done at its first column.
-        if (x == 0 && t < n) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
+        // Columns run downwards: a group is done at its first column.
+        if ((x & (kEdgeGroup - 1)) == 0 && t < n)
+          to_above.store(edge_above, t, min(t + kEdgeGroup - 1, n - 1), lane);
       }
       m1p = m1;
       m1 = n1;
