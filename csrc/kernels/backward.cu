@@ -333,6 +333,11 @@ constexpr int kHiddenRing = 8;
 // instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
 // pipeline). The tags are per column, so the group is this pass's choice.
 constexpr int kEdgeGroup = 8;
+// Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
+// where the loop's extra live values would spill at the 80 registers of 6
+// blocks an SM (2-byte scores, gap tensors).
+template <typename T, bool GAP_TENSOR>
+constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
 
 template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
@@ -499,21 +504,32 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       return grad;
     };
 
-    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), unrolled:
-    // the ring's slots are then known at compile time.
+    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), 8 at a time
+    // in a loop, unrolled within: the ring's slot and the step's place in an
+    // edge group (x mod 8) are then known at compile time, and the kernel's
+    // code stays small enough for the instruction cache (a chunk unrolled
+    // whole made ~12,000 instructions).
+    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
+    static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
+                      kChunkSteps % kUnrolled == 0,
+                  "x mod 8 is a constant of the unrolled steps");
     auto run_chunk = [&](const int q, auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
       T* const slot = srow + (q & 1) * kSlot;
       const int t0 = q * kChunkSteps;
+#pragma unroll 1
+      for (int x0 = kChunkSteps - kUnrolled; x0 >= 0; x0 -= kUnrolled) {
 #pragma unroll
-      for (int x = kChunkSteps - 1; x >= 0; --x) {
-        const int t = t0 + x;
-        if (!kChecked || t < steps) {
-          const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
-          const int c = t - lane;
-          if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
+        for (int j = kUnrolled - 1; j >= 0; --j) {
+          const int x = x0 + j;
+          const int t = t0 + x;
+          if (!kChecked || t < steps) {
+            const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
+            const int c = t - lane;
+            if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
+          }
+          load_ring(t, x, checked);
         }
-        load_ring(t, x, checked);
       }
     };
 
