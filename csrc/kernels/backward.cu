@@ -328,6 +328,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // scores' two slots, so that 6 blocks of 4 warps share an SM: while a band
 // waits on the band below it (a chunk of columns at a time) others compute.
 constexpr int kHiddenRing = 8;
+// The band edge between neighbouring bands goes over in groups of 8 columns,
+// not whole chunks: a band then starts ~31 + 8 steps after the band below it
+// instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
+// pipeline). The tags are per column, so the group is this pass's choice.
+constexpr int kEdgeGroup = 8;
+// Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
+// where the loop's extra live values would spill at the 80 registers of 6
+// blocks an SM (2-byte scores, gap tensors).
+template <typename T, bool GAP_TENSOR>
+constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
 
 template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
@@ -422,7 +432,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
 
     // Contributions E * p_k this lane's row made on the last two steps.
     A m1 = A(0), m1p = A(0), m2 = A(0), m3 = A(0);
-    A below_reg = A(0);        // contributions of the band below (lane 31's chunk)
+    A below_reg = A(0);        // contributions of the band below (lane 31's columns, mod 32)
+    typename Edge::Words below_next;  // ... this lane's next group's, loaded ahead (or none yet)
     EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
 
     // One reverse step on this lane's cell (r, t - lane) with score s
@@ -434,12 +445,22 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     auto step = [&](const int t, const int x, const A s, const bool checked) {
       const int c_last = t - (kBandRows - 1);
       const int x_last = (x + 1) & (kWarp - 1);
-      // A chunk of the band below's contributions: at its last column, or at
-      // the pair's last column (only in checked chunks: c_last < n - 31 else).
-      if (has_below && (x_last == kWarp - 1 || (checked && c_last == n - 1)) &&
+      // A group of the band below's contributions (kEdgeGroup columns, the
+      // lanes of its columns): at its last column, or at the pair's last
+      // column (only in checked chunks: c_last < n - 31 else).
+      if (has_below && ((x_last & (kEdgeGroup - 1)) == kEdgeGroup - 1 || (checked && c_last == n - 1)) &&
           c_last >= 0 && c_last < n) {
         const int c = (c_last & ~(kWarp - 1)) + lane;
-        below_reg = c < n ? Edge::get(edge_below + int64_t(c) * Edge::kWords, c) : A(0);
+        const int first = c_last & ~(kEdgeGroup - 1);
+        if (c >= first && c <= c_last)
+          below_reg = Edge::get(edge_below + int64_t(c) * Edge::kWords, c, below_next);
+        // The next group's words (columns run downwards; after a chunk's
+        // first group, the last group of the chunk before), loaded a group
+        // ahead by the lanes that read them; not with 2-byte scores, whose
+        // staging code needs the registers (it would spill).
+        const int next = first - kEdgeGroup;
+        if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
+          below_next = Edge::Words::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * Edge::kWords);
       }
       const A h = ring[x & (kHiddenRing - 1)];
       const A left = ring[(x - 1) & (kHiddenRing - 1)];
@@ -472,8 +493,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       // Lane 0's row is the band's top row: hand its contributions up.
       if (has_above) {
         to_above.collect(0, n2 + m1, 0, x, lane);
-        // Columns run downwards: a chunk is done at its first column.
-        if (x == 0 && t < n) to_above.store(edge_above, t, min(t + kWarp - 1, n - 1), lane);
+        // Columns run downwards: a group is done at its first column.
+        if ((x & (kEdgeGroup - 1)) == 0 && t < n)
+          to_above.store(edge_above, t, min(t + kEdgeGroup - 1, n - 1), lane);
       }
       m1p = m1;
       m1 = n1;
@@ -482,21 +504,32 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       return grad;
     };
 
-    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), unrolled:
-    // the ring's slots are then known at compile time.
+    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), 8 at a time
+    // in a loop, unrolled within: the ring's slot and the step's place in an
+    // edge group (x mod 8) are then known at compile time, and the kernel's
+    // code stays small enough for the instruction cache (a chunk unrolled
+    // whole made ~12,000 instructions).
+    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
+    static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
+                      kChunkSteps % kUnrolled == 0,
+                  "x mod 8 is a constant of the unrolled steps");
     auto run_chunk = [&](const int q, auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
       T* const slot = srow + (q & 1) * kSlot;
       const int t0 = q * kChunkSteps;
+#pragma unroll 1
+      for (int x0 = kChunkSteps - kUnrolled; x0 >= 0; x0 -= kUnrolled) {
 #pragma unroll
-      for (int x = kChunkSteps - 1; x >= 0; --x) {
-        const int t = t0 + x;
-        if (!kChecked || t < steps) {
-          const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
-          const int c = t - lane;
-          if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
+        for (int j = kUnrolled - 1; j >= 0; --j) {
+          const int x = x0 + j;
+          const int t = t0 + x;
+          if (!kChecked || t < steps) {
+            const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
+            const int c = t - lane;
+            if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
+          }
+          load_ring(t, x, checked);
         }
-        load_ring(t, x, checked);
       }
     };
 

@@ -21,7 +21,7 @@
 // is done.
 //
 // Scaling. Each row is kept as z = Z 2^-o with its own exponent o and brought
-// back to [1, 2) after every group of steps (kGroupSteps); a value from the
+// back to [1, 2) after every group of steps (kGroupSteps<R>); a value from the
 // row above is multiplied by f = 2^(o_above - o), recomputed then. The
 // reductions fold into log2 units (SoftTotal, the running max) at the same
 // time, before o changes.
@@ -73,10 +73,9 @@ struct ProbabilityForwardArgs {
 // Steps between two checks (and renormalisations); a chunk holds whole
 // groups. The check detects overflow, so the group's length is no part of
 // exactness (probability.h): a longer one only sends more high-scoring pairs
-// to the log domain. 16 steps with several rows per lane measured 3-9 %
-// faster on the H200 (half the check's work a cell) but has not been through
-// the GPU tests yet, so every R runs 8 (one row would spill at 16).
-constexpr int kGroupSteps = 8;
+// to the log domain. With several rows per lane 16 steps (half the check's
+// work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16.
+template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 
 // A band edge value Z = m 2^e as two tagged words of A each: the mantissa m
 // in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
@@ -86,26 +85,17 @@ template <typename A>
 struct ScaledEdge {
   static constexpr int kValueWords = TaggedEdge<A>::kWords;
   static constexpr int kWords = 2 * kValueWords;
+  using Words = TaggedWords<kWords>;
   __device__ static void put(unsigned long long* column, A m, A e, int col) {
     TaggedEdge<A>::put(column, m, col);
     TaggedEdge<A>::put(column + kValueWords, e, col);
   }
-  __device__ static void get(const unsigned long long* column, int col, A& m, A& e) {
-    const unsigned long long tag = static_cast<unsigned long long>(col + 1);
-    unsigned long long word[kWords];
-    for (;;) {
-      bool ready = true;
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) {
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word[w]) : "l"(column + w) : "memory");
-        ready &= (word[w] >> 32) == tag;
-      }
-      if (ready) break;
-      __nanosleep(32);
-    }
+  // `early`: the column's words loaded before (a chunk ahead), or none.
+  __device__ static void get(const unsigned long long* column, int col, A& m, A& e, Words early) {
+    const Words word = early.settle(column, col);
     uint32_t bits[kWords];
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) bits[w] = static_cast<uint32_t>(word[w]);
+    for (int w = 0; w < kWords; ++w) bits[w] = word.bits(w);
     memcpy(&m, bits, sizeof(A));
     memcpy(&e, bits + kValueWords, sizeof(A));
   }
@@ -130,7 +120,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
                                   : sizeof(T) == 2 || STATE  ? 5
                                                              : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
-  constexpr int kGroup = kGroupSteps;
+  constexpr int kGroup = kGroupSteps<R>;
   static_assert(kChunkSteps % kGroup == 0, "a chunk holds whole groups");
   constexpr int kBandRows = kWarp * R;
   constexpr int kPitch = kStagePitch<T>;
@@ -463,6 +453,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     if (chunks > 1) stage_chunk(1);
     else copy_async_commit();
     bool log_domain = false;
+    // The band above's column of the next chunk (this lane's), loaded a chunk
+    // ahead.
+    typename Edge::Words next_edge;
+    if (has_above && lane < n) next_edge = Edge::Words::load(edge_above + int64_t(lane) * Edge::kWords);
     for (int q = 0; q < chunks; ++q) {
       const int t0 = q * kChunkSteps;
       copy_async_wait<1>();  // chunk q has landed (q + 1 may still be in flight)
@@ -471,7 +465,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         const int col = t0 + lane;
         edge_m = A(1);
         edge_e = A(0);
-        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e);
+        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e, next_edge);
+        if (col + kChunkSteps < n)
+          next_edge = Edge::Words::load(edge_above + int64_t(col + kChunkSteps) * Edge::kWords);
         if (log_domain) edge_h = log2_acc(edge_m) + edge_e;
         else edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
       }

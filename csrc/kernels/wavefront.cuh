@@ -428,9 +428,45 @@ inline void clear_hidden_past_short_pairs(const Problem& p, void* hidden, cudaSt
 // tag (column + 1), stored and loaded as a single-copy-atomic relaxed access.
 // A reader spins until the tags match, so it never needs an acquire (which
 // on this hardware invalidates the whole L1, where the scores are cached).
+//
+// K tagged words of one column, loaded together (one round trip) and checked
+// together. A load issued a chunk before the value is needed hides the round
+// trip whenever the neighbouring band is that far ahead already.
+template <int K>
+struct TaggedWords {
+  unsigned long long word[K] = {};  // tag 0: never ready (tags are column + 1)
+
+  __device__ static TaggedWords load(const unsigned long long* slot) {
+    TaggedWords w;
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w.word[k]) : "l"(slot + k) : "memory");
+    return w;
+  }
+  __device__ bool ready(int column) const {
+    const unsigned long long tag = static_cast<unsigned long long>(column + 1);
+    bool ok = true;
+#pragma unroll
+    for (int k = 0; k < K; ++k) ok &= (word[k] >> 32) == tag;
+    return ok;
+  }
+  // `column`'s words at `slot`: these if they were published when loaded,
+  // else polled until they are.
+  __device__ TaggedWords settle(const unsigned long long* slot, int column) const {
+    TaggedWords w = *this;
+    while (!w.ready(column)) {
+      __nanosleep(32);
+      w = load(slot);
+    }
+    return w;
+  }
+  __device__ uint32_t bits(int k) const { return static_cast<uint32_t>(word[k]); }
+};
+
 template <typename A>
 struct TaggedEdge {
   static constexpr int kWords = sizeof(A) / 4;
+  using Words = TaggedWords<kWords>;
 
   __device__ static void put(unsigned long long* slot, A value, int column) {
     const unsigned long long tag = static_cast<unsigned long long>(column + 1) << 32;
@@ -442,6 +478,17 @@ struct TaggedEdge {
                    : "memory");
   }
 
+  // `early`: the slot's words loaded before (a chunk ahead), or none.
+  __device__ static A get(const unsigned long long* slot, int column, Words early) {
+    const Words w = early.settle(slot, column);
+    uint32_t bits[kWords];
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) bits[k] = w.bits(k);
+    A value;
+    memcpy(&value, bits, sizeof(A));
+    return value;
+  }
+  // Polled from the start, word by word.
   __device__ static A get(const unsigned long long* slot, int column) {
     const unsigned long long tag = static_cast<unsigned long long>(column + 1);
     uint32_t bits[kWords];
