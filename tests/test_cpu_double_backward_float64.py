@@ -23,7 +23,6 @@ its blocks (tangent_store.h), and run torch.autograd.gradgradcheck through
 them.
 """
 import math
-import os
 import textwrap
 
 import pytest
@@ -140,19 +139,6 @@ def test_range_rule_mixed_in_one_group(two_cpu_threads, gen, gaps, reduction, af
     S = fill_padding(S, lengths, gen)
     gap, extend = gaps_of(gen, B, M, N, gaps == "tensor", affine)
     compare(gen, S, gap, T, lengths, reduction, extend)
-
-
-@pytest.fixture
-def one_cpu_thread():
-    """The CPU kernels on one thread (torch.set_num_threads), so that a batch
-    of up to 16 pairs is one group."""
-    pinned = os.environ.get("SOFTSW_NUM_THREADS")
-    if pinned not in (None, "", "1"):
-        pytest.skip(f"SOFTSW_NUM_THREADS={pinned} overrides torch.set_num_threads")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
