@@ -147,8 +147,8 @@ def test_affine_tangent_store_layouts(one_cpu_thread, gen, gaps, reduction):
     """Alike affine pairs shorter than the tensor: all 16 in one group of W
     lanes and the first 8 on the narrow rows, their node tangents kept in
     place; three together and a pair alone keep them in their pairs' blocks
-    (tangent_store.h). Each against the reference, and bit for bit the same
-    in every layout."""
+    (tangent_store.h). Against the reference, and bit for bit the same in
+    every layout."""
     B, M, N = 16, 21, 25
     T = 0.6
     lengths = torch.tensor([[17, 22]] * B)
@@ -157,15 +157,14 @@ def test_affine_tangent_store_layouts(one_cpu_thread, gen, gaps, reduction):
     w = torch.rand(B, generator=gen, dtype=F64) + 0.5
     V, U = directions(gen, lengths, B, M, N)
 
-    def run(idx):
-        def pick(x):
-            return x[idx] if isinstance(x, torch.Tensor) else x
-        return check(S[idx], pick(gap), T, lengths[idx], reduction, pick(extend), w[idx], V[idx],
-                     U[idx])
+    def pick(x, idx):
+        return x[idx] if isinstance(x, torch.Tensor) else x
 
-    whole = run(torch.arange(B))
+    whole = check(S, gap, T, lengths, reduction, extend, w, V, U)
     for idx in (torch.arange(8), torch.arange(5, 8), torch.tensor([9])):
-        for k, (a, b) in enumerate(zip(run(idx), whole)):
+        part = first_and_second(S[idx], pick(gap, idx), T, lengths[idx], reduction, w[idx],
+                                V[idx], U[idx], F64, pick(extend, idx))[0]
+        for k, (a, b) in enumerate(zip(part, whole)):
             # (Per pair: the (B, M, N) derivatives and d/d grad_output.)
             b = b[idx] if b.dim() == 3 or k == len(whole) - 1 else b
             assert torch.equal(a, b), f"pairs {idx.tolist()}: output {k} differs from in a group"
