@@ -484,11 +484,19 @@ SOFTSW_TARGET_AVX2 void shares_of_nodes_avx2(const AffineNodeRowsOf<A>& in, int3
                                              const AffineShareRowsOf<A>& out) {
   shares_of_nodes_body<A, 32 / static_cast<int>(sizeof(A))>(in, n, out);
 }
+template <typename A>
+SOFTSW_TARGET_AVX512 void shares_of_nodes_avx512(const AffineNodeRowsOf<A>& in, int32_t n,
+                                                 const AffineShareRowsOf<A>& out) {
+  shares_of_nodes_body<A, 32 / static_cast<int>(sizeof(A))>(in, n, out);
+}
 #endif
 
+// Double lanes on AVX-512VL where the CPU has it, as the double rows of the
+// passes (its double <-> int64 conversions in exp2 are single instructions).
 template <typename A>
 SharesOfNodesFnOf<A> pick_shares_of_nodes() {
 #if defined(__x86_64__)
+  if (std::is_same_v<A, double> && isa_level() >= 2) return &shares_of_nodes_avx512<A>;
   if (isa_level() >= 1) return &shares_of_nodes_avx2<A>;
 #endif
   return &shares_of_nodes_baseline<A>;
