@@ -189,16 +189,29 @@ def leaf(x: torch.Tensor) -> torch.Tensor:
     return x.detach().clone().requires_grad_(True)
 
 
-@pytest.fixture
-def two_cpu_threads():
-    """The CPU kernels at two threads (torch.set_num_threads) for the test. For
-    tests of pairs in SIMD groups: a batch is cut into max(ceil(pairs / 16),
-    threads) groups, so that with many threads a small batch would leave every
-    pair alone, and a test of "alone equals in a group" could not fail."""
+def _cpu_threads(k: int):
+    """The CPU kernels at k threads (torch.set_num_threads) for the test;
+    skipped where SOFTSW_NUM_THREADS pins another count."""
     pinned = os.environ.get("SOFTSW_NUM_THREADS")
-    if pinned not in (None, "", "2"):
+    if pinned not in (None, "", str(k)):
         pytest.skip(f"SOFTSW_NUM_THREADS={pinned} overrides torch.set_num_threads")
     before = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(k)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def two_cpu_threads():
+    """The CPU kernels at two threads for the test. For tests of pairs in SIMD
+    groups: a batch is cut into max(ceil(pairs / 16), threads) groups, so that
+    with many threads a small batch would leave every pair alone, and a test
+    of "alone equals in a group" could not fail."""
+    yield from _cpu_threads(2)
+
+
+@pytest.fixture
+def one_cpu_thread():
+    """The CPU kernels on one thread for the test: a batch of up to 16 pairs
+    is one SIMD group."""
+    yield from _cpu_threads(1)

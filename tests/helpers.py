@@ -11,6 +11,10 @@ import softsw
 from conftest import assert_close, grad_tol, grads, leaf, padding_mask, randn, score_tol
 from reference import ref_align
 
+# ProbabilityRange<double>::kMaxLog2Weight (csrc/kernels/probability.h): the
+# float64 range rule's limit, in log2 units of score / T.
+DOUBLE_LOG2_LIMIT = 100.0
+
 
 def _as_leaf(x, ref: bool):
     if not isinstance(x, torch.Tensor):

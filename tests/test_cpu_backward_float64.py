@@ -29,13 +29,11 @@ import torch
 
 import softsw
 from conftest import fill_padding, grad_tol, leaf, rand_lengths, randn
-from helpers import (assert_simd_ran, compare_with_reference, outputs_under_isa,
-                     scores_across_a_range_rule)
+from helpers import (DOUBLE_LOG2_LIMIT, assert_simd_ran, compare_with_reference,
+                     outputs_under_isa, scores_across_a_range_rule)
 from reference import ref_align
 from softsw import _ops
 
-# ProbabilityRange<double>::kMaxLog2Weight (csrc/kernels/probability.h).
-DOUBLE_LOG2_LIMIT = 100.0
 F64 = torch.float64
 
 

@@ -25,11 +25,10 @@ import torch
 
 import softsw
 from conftest import assert_close, fill_padding, leaf, rand_lengths, randn, score_tol
-from helpers import compare_with_reference, scores_across_a_range_rule, scores_near_a_limit
+from helpers import (DOUBLE_LOG2_LIMIT, compare_with_reference, scores_across_a_range_rule,
+                     scores_near_a_limit)
 from reference import ref_align
 
-# ProbabilityRange<double>::kMaxLog2Weight (csrc/kernels/probability.h).
-DOUBLE_LOG2_LIMIT = 100.0
 F64 = torch.float64
 
 

@@ -1,16 +1,20 @@
-// The SIMD double backward of affine gaps (soft, float accumulate, pairs
-// inside the range rule of probability.h): tangent_affine and
-// reverse_affine<TAN> of reverse.h on SIMD lanes, one lane per pair, groups of
-// W = 16 pairs, as the linear double backward (double_backward_simd.h).
+// The SIMD double backward of affine gaps (soft, pairs inside the range rule
+// of probability.h), templated on the accumulate type A as the linear one
+// (double_backward_simd.h: float for float32, float16, bfloat16; double for
+// float64): tangent_affine and reverse_affine<TAN> of reverse.h on SIMD
+// lanes, one lane per pair, groups of W = 16 pairs.
 //
 // Weights. Each row's shares (AffineShares, probability.h: the cell's nodes
-// relative to its C) come from the forward run again, from row 0 for the
-// tangent pass and from the training forward's checkpoints block by block for
-// the reverse pass (AffineShareBlocks, reverse_affine_simd.h), and are kept
-// for the row below (tangent pass) or above (reverse pass); a cell's 11 weights are ratios of its shares, its left neighbour's
-// and the shares of the cell above (affine_weights_of_shares, the formulas
-// of affine_row_weights.h). A lane only counts the cells of its region: out
-// of it, and at a C the forward flushed to -inf, the weights are 0 (and the
+// relative to its C) come, as in the backward (reverse_affine_simd.h), for a
+// float group from the forward run again, from row 0 for the tangent pass and
+// from the training forward's checkpoints block by block for the reverse pass
+// (AffineShareBlocks); for a float64 group from the C, U, L planes its
+// forward kept (AffineNodeShares, 4 exp2 a cell), row by row in both passes.
+// They are kept for the row below (tangent pass) or above (reverse pass); a
+// cell's 11 weights are ratios of its shares, its left neighbour's and the
+// shares of the cell above (affine_weights_of_shares, the formulas of
+// affine_row_weights.h). A lane only counts the cells of its region: out of
+// it, and at a C the forward flushed to -inf, the weights are 0 (and the
 // reverse pass's shares a boundary cell's).
 //
 // Tangents. The tangent pass writes the five node tangents (C, U, L, A, B) of
@@ -39,53 +43,59 @@ namespace softsw::cpu::simd {
 
 // The shares of one row and its C, lane-interleaved (col j at j * W, col 0 the
 // boundary: start 1, the others 0).
-struct AffineShareRow {
-  float *start, *d, *u, *l, *c;
+template <typename A>
+struct AffineShareRowOf {
+  A *start, *d, *u, *l, *c;
 };
 
 // The node tangents of one row at j * LANES, the row kernels' lane stride
 // (col 0: 0; tangent_store.h).
-struct AffineTangentRow {
-  float *c, *u, *l, *a, *b;
+template <typename A>
+struct AffineTangentRowOf {
+  A *c, *u, *l, *a, *b;
 };
 
 // One row of a pass: shares of the row and of the row above, gap weights
 // (2^open, 2^extend) and directions of the row at (j - 1) * W, tangents of the
 // row and of the row above.
-struct AffineTangentRows {
-  AffineShareRow here, up;
-  const float *open, *extend;
-  const float *dir_s, *dir_o, *dir_e;
-  AffineTangentRow t, t_up;
-  float* sdot;  // tangent pass, soft: W per-lane sums of e0 * Cdot, accumulated
+template <typename A>
+struct AffineTangentRowsOf {
+  AffineShareRowOf<A> here, up;
+  const A *open, *extend;
+  const A *dir_s, *dir_o, *dir_e;
+  AffineTangentRowOf<A> t, t_up;
+  A* sdot;  // tangent pass, soft: W per-lane sums of e0 * Cdot, accumulated
 };
 
 // The reverse pass's messages into the row (to C, A, U from the row below and
 // their tangents), out of it, and the row's Hessian-vector products at
 // (j - 1) * W (nullptr: not wanted).
-struct AffineTangentMessages {
-  const float *in_c, *in_a, *in_u, *in_cd, *in_ad, *in_ud;
-  float *out_c, *out_a, *out_u, *out_cd, *out_ad, *out_ud;
-  float *hvp_s, *hvp_o, *hvp_e;
+template <typename A>
+struct AffineTangentMessagesOf {
+  const A *in_c, *in_a, *in_u, *in_cd, *in_ad, *in_ud;
+  A *out_c, *out_a, *out_u, *out_cd, *out_ad, *out_ud;
+  A *hvp_s, *hvp_o, *hvp_e;
 };
 
-template <int VL>
-SOFTSW_VINLINE AffineShares<Floats<VL>> share_at(const AffineShareRow& r, int64_t c) {
-  using X = V<VL>;
+template <typename A, int VL>
+SOFTSW_VINLINE AffineShares<Packed<A, VL>> share_at(const AffineShareRowOf<A>& r, int64_t c) {
+  using X = Vec<A, VL>;
   return {X::load(r.start + c), X::load(r.d + c), X::load(r.u + c), X::load(r.l + c)};
 }
 
 // Row `row`'s shares and C, as the forward run again gave them (`src`), into
 // `dst` (which may be `src`), masked: a cell out of its lane's region or with
-// C = -inf (flushed) gets a boundary cell's shares.
-template <int VL, int LANES>
-SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& src, const AffineShareRow& dst,
-                                           int32_t n, int32_t row, const ReverseLanes& ln) {
-  using X = V<VL>;
+// C = -inf (flushed) gets a boundary cell's shares. (The float groups'
+// reverse pass: their shares' block rows are overwritten by the next block.)
+template <typename A, int VL, int LANES>
+SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRowOf<A>& src,
+                                           const AffineShareRowOf<A>& dst, int32_t n,
+                                           int32_t row, const ReverseLanesOf<A>& ln) {
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
   constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
-  const F zero = X::splat(0.0f), one = X::splat(1.0f), ninf = X::splat(-kInf<float>);
+  const F zero = X::splat(A(0)), one = X::splat(A(1)), ninf = X::splat(-kInf<A>);
   const I rv = X::splati(row);
   I rowok[K], nr[K];
   for (int k = 0; k < K; ++k) {
@@ -108,39 +118,40 @@ SOFTSW_VINLINE void affine_share_mask_body(const AffineShareRow& src, const Affi
 }
 
 // The weights of cell (i, j) of the k-th vector of lanes (0 where !ok).
-template <int VL>
-SOFTSW_VINLINE void affine_lane_weights(const AffineTangentRows& r, int64_t c,
-                                        typename V<VL>::I ok, Floats<VL>* w) {
-  using X = V<VL>;
+template <typename A, int VL>
+SOFTSW_VINLINE void affine_lane_weights(const AffineTangentRowsOf<A>& r, int64_t c,
+                                        typename Vec<A, VL>::I ok, Packed<A, VL>* w) {
+  using X = Vec<A, VL>;
   const int64_t c1 = c - W;
-  affine_weights_of_shares<VL>(share_at<VL>(r.here, c), share_at<VL>(r.here, c1),
-                               share_at<VL>(r.up, c), X::load(r.open + c1),
-                               X::load(r.extend + c1), w);
-  const auto zero = X::splat(0.0f);
+  affine_weights_of_shares<A, VL>(share_at<A, VL>(r.here, c), share_at<A, VL>(r.here, c1),
+                                  share_at<A, VL>(r.up, c), X::load(r.open + c1),
+                                  X::load(r.extend + c1), w);
+  const auto zero = X::splat(A(0));
   for (int q = 0; q < AffineRowWeights::kCount; ++q) w[q] = X::sel(ok, w[q].v, zero);
 }
 
 // Whether cell (i, j) of the k-th vector of lanes counts: in the lane's
 // region, C not flushed.
-template <int VL>
-SOFTSW_VINLINE typename V<VL>::I affine_cell_ok(const AffineShareRow& here, int64_t c,
-                                                typename V<VL>::I rowok, typename V<VL>::I in_row) {
-  using X = V<VL>;
-  return rowok & in_row & (X::load(here.c + c) > X::splat(-kInf<float>));
+template <typename A, int VL>
+SOFTSW_VINLINE typename Vec<A, VL>::I affine_cell_ok(const AffineShareRowOf<A>& here, int64_t c,
+                                                     typename Vec<A, VL>::I rowok,
+                                                     typename Vec<A, VL>::I in_row) {
+  using X = Vec<A, VL>;
+  return rowok & in_row & (X::load(here.c + c) > X::splat(-kInf<A>));
 }
 
 // The node tangents of row i (tangent_affine of reverse.h).
-template <int VL, bool SOFT, int LANES>
-SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32_t n, int32_t i,
-                                            const ReverseLanes& ln) {
-  const AffineTangentRows r = rows;  // a local copy, as reverse_row_body's
-  using X = V<VL>;
+template <typename A, int VL, bool SOFT, int LANES>
+SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRowsOf<A>& rows, int32_t n,
+                                            int32_t i, const ReverseLanesOf<A>& ln) {
+  const AffineTangentRowsOf<A> r = rows;  // a local copy, as reverse_row_body's
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
-  using Fl = Floats<VL>;
+  using Fl = Packed<A, VL>;
   using R = AffineRowWeights;
   constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
-  const F zero = X::splat(0.0f);
+  const F zero = X::splat(A(0));
   const I iv = X::splati(i);
   I rowok[K], nr[K];
   F b_left[K], l_left[K], total[K], scale[K], sdot[K];
@@ -157,9 +168,9 @@ SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
       const int64_t t = int64_t(j) * LANES + k * VL, t1 = t - LANES;  // tangent rows
-      const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
+      const I ok = affine_cell_ok<A, VL>(r.here, c, rowok[k], jv <= nr[k]);
       Fl w[R::kCount];
-      affine_lane_weights<VL>(r, c, ok, w);
+      affine_lane_weights<A, VL>(r, c, ok, w);
       const F d_open = X::load(r.dir_o + c1), d_ext = X::load(r.dir_e + c1);
       const F dd = X::load(r.t_up.c + t1) + X::load(r.dir_s + c1);
       const F ud = w[R::kUo].v * (X::load(r.t_up.a + t) + d_open) +
@@ -186,20 +197,21 @@ SOFTSW_VINLINE void affine_tangent_row_body(const AffineTangentRows& rows, int32
 // Row i of the reverse pass (reverse_affine<TAN> of reverse.h): the
 // adjoints and their tangents, the messages to row i - 1, the row's
 // Hessian-vector products.
-template <int VL, bool SOFT, int LANES>
-SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& rows,
-                                                    const AffineTangentMessages& messages,
-                                                    int32_t n, int32_t i, const ReverseLanes& ln,
-                                                    const float* sdot_lanes, float inv_t) {
-  const AffineTangentRows r = rows;  // local copies, as reverse_row_body's
-  const AffineTangentMessages msg = messages;
-  using X = V<VL>;
+template <typename A, int VL, bool SOFT, int LANES>
+SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRowsOf<A>& rows,
+                                                    const AffineTangentMessagesOf<A>& messages,
+                                                    int32_t n, int32_t i,
+                                                    const ReverseLanesOf<A>& ln,
+                                                    const A* sdot_lanes, A inv_t) {
+  const AffineTangentRowsOf<A> r = rows;  // local copies, as reverse_row_body's
+  const AffineTangentMessagesOf<A> msg = messages;
+  using X = Vec<A, VL>;
   using F = typename X::F;
   using I = typename X::I;
-  using Fl = Floats<VL>;
+  using Fl = Packed<A, VL>;
   using R = AffineRowWeights;
   constexpr int K = LANES / VL;  // (W / 2: narrow rows, for groups of at most 8 pairs)
-  const F zero = X::splat(0.0f), it = X::splat(inv_t);
+  const F zero = X::splat(A(0)), it = X::splat(inv_t);
   const I iv = X::splati(i);
   I rowok[K], corner_row[K], nr[K];
   F total[K], scale[K], gs[K], sdot[K];
@@ -220,16 +232,16 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
     for (int k = 0; k < K; ++k) {
       const int64_t c = int64_t(j) * W + k * VL, c1 = c - W;
       const int64_t t = int64_t(j) * LANES + k * VL, t1 = t - LANES;  // tangent rows
-      const I ok = affine_cell_ok<VL>(r.here, c, rowok[k], jv <= nr[k]);
+      const I ok = affine_cell_ok<A, VL>(r.here, c, rowok[k], jv <= nr[k]);
       Fl wv[R::kCount];
-      affine_lane_weights<VL>(r, c, ok, wv);
+      affine_lane_weights<A, VL>(r, c, ok, wv);
       F w[R::kCount];
       for (int q = 0; q < R::kCount; ++q) w[q] = wv[q].v;
       F e0;
       if constexpr (SOFT)
         e0 = X::sel(ok, X::exp2(X::load(r.here.c + c) - total[k]) * scale[k], zero);
       else
-        e0 = X::sel(corner_row[k] & (jv == nr[k]), X::splat(1.0f), zero);
+        e0 = X::sel(corner_row[k] & (jv == nr[k]), X::splat(A(1)), zero);
       // The adjoints (reverse_affine of reverse.h).
       const F ec = e0 + X::load(msg.in_c + c), ea = X::load(msg.in_a + c), eb = r_b[k];
       const F eu = X::load(msg.in_u + c) + ec * w[R::kC2] + eb * w[R::kB2];
@@ -288,65 +300,79 @@ SOFTSW_VINLINE void affine_reverse_tangent_row_body(const AffineTangentRows& row
   }
 }
 
-// The row kernels of one instruction set and reduction.
-struct AffineTangentRowFns {
-  void (*mask)(const AffineShareRow&, const AffineShareRow&, int32_t, int32_t,
-               const ReverseLanes&);
-  void (*tangent)(const AffineTangentRows&, int32_t, int32_t, const ReverseLanes&);
-  void (*reverse)(const AffineTangentRows&, const AffineTangentMessages&, int32_t, int32_t,
-                  const ReverseLanes&, const float*, float);
-  int lanes;  // the lane stride of the tangent rows (AffineTangentRow)
+// The row kernels of one instruction set, reduction and lane stride.
+template <typename A>
+struct AffineTangentRowFnsOf {
+  void (*mask)(const AffineShareRowOf<A>&, const AffineShareRowOf<A>&, int32_t, int32_t,
+               const ReverseLanesOf<A>&);
+  void (*tangent)(const AffineTangentRowsOf<A>&, int32_t, int32_t, const ReverseLanesOf<A>&);
+  void (*reverse)(const AffineTangentRowsOf<A>&, const AffineTangentMessagesOf<A>&, int32_t,
+                  int32_t, const ReverseLanesOf<A>&, const A*, A);
+  int lanes;  // the lane stride of the tangent rows (AffineTangentRowOf)
 };
 
-#define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VL, LANES)                                       \
-  template <bool SOFT>                                                                            \
+// The row kernels of VBYTES-byte vectors (16: the baseline, 32: AVX2 and
+// AVX-512VL): 4 or 8 floats, 2 or 4 doubles to a vector; LANES: W, or W / 2
+// (narrow: the rows of the first W / 2 lanes, for a group of at most W / 2
+// pairs).
+#define SOFTSW_AFFINE_TANGENT_ROWS(NAME, TARGET, VBYTES)                                          \
+  template <typename A, bool SOFT, int LANES>                                                     \
   struct NAME {                                                                                   \
-    TARGET static void mask(const AffineShareRow& src, const AffineShareRow& dst, int32_t n,      \
-                            int32_t row, const ReverseLanes& ln) {                                \
-      affine_share_mask_body<VL, LANES>(src, dst, n, row, ln);                                    \
+    static constexpr int VL = VBYTES / static_cast<int>(sizeof(A));                              \
+    TARGET static void mask(const AffineShareRowOf<A>& src, const AffineShareRowOf<A>& dst,       \
+                            int32_t n, int32_t row, const ReverseLanesOf<A>& ln) {                \
+      affine_share_mask_body<A, VL, LANES>(src, dst, n, row, ln);                                 \
     }                                                                                             \
-    TARGET static void tangent(const AffineTangentRows& r, int32_t n, int32_t i,                  \
-                               const ReverseLanes& ln) {                                          \
-      affine_tangent_row_body<VL, SOFT, LANES>(r, n, i, ln);                                      \
+    TARGET static void tangent(const AffineTangentRowsOf<A>& r, int32_t n, int32_t i,             \
+                               const ReverseLanesOf<A>& ln) {                                     \
+      affine_tangent_row_body<A, VL, SOFT, LANES>(r, n, i, ln);                                   \
     }                                                                                             \
-    TARGET static void reverse(const AffineTangentRows& r, const AffineTangentMessages& m,        \
-                               int32_t n, int32_t i, const ReverseLanes& ln, const float* sdot,   \
-                               float inv_t) {                                                     \
-      affine_reverse_tangent_row_body<VL, SOFT, LANES>(r, m, n, i, ln, sdot, inv_t);              \
+    TARGET static void reverse(const AffineTangentRowsOf<A>& r,                                   \
+                               const AffineTangentMessagesOf<A>& m, int32_t n, int32_t i,         \
+                               const ReverseLanesOf<A>& ln, const A* sdot, A inv_t) {             \
+      affine_reverse_tangent_row_body<A, VL, SOFT, LANES>(r, m, n, i, ln, sdot, inv_t);           \
     }                                                                                             \
-    static AffineTangentRowFns fns() { return {&mask, &tangent, &reverse, LANES}; }                      \
+    static AffineTangentRowFnsOf<A> fns() { return {&mask, &tangent, &reverse, LANES}; }          \
   };
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 4, W)
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaselineNarrow, , 4, W / 2)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsBaseline, , 16)
 #if defined(__x86_64__)
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, SOFTSW_TARGET_AVX2, 8, W)
-SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2Narrow, SOFTSW_TARGET_AVX2, 8, W / 2)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx2, SOFTSW_TARGET_AVX2, 32)
+SOFTSW_AFFINE_TANGENT_ROWS(AffineTangentRowsAvx512, SOFTSW_TARGET_AVX512, 32)
 #endif
 #undef SOFTSW_AFFINE_TANGENT_ROWS
 
-// AVX2 for AVX-512 too: 512-bit vectors measured no faster (simd.h). Narrow:
-// the rows of the first W / 2 lanes, for a group of at most W / 2 pairs.
-template <bool SOFT>
-AffineTangentRowFns pick_affine_tangent_rows(bool narrow) {
+template <template <typename, bool, int> class Rows, typename A, bool SOFT>
+AffineTangentRowFnsOf<A> affine_tangent_rows_of(bool narrow) {
+  return narrow ? Rows<A, SOFT, W / 2>::fns() : Rows<A, SOFT, W>::fns();
+}
+
+// 32-byte vectors on AVX2 and AVX-512 (512-bit vectors measured no faster,
+// simd.h), as the linear rows (pick_tangent_rows): float lanes the AVX2
+// build on AVX-512 too, double lanes AVX-512VL's (single-instruction
+// double <-> int64 conversions in exp2).
+template <typename A, bool SOFT>
+AffineTangentRowFnsOf<A> pick_affine_tangent_rows(bool narrow) {
 #if defined(__x86_64__)
-  if (isa_level() >= 1)
-    return narrow ? AffineTangentRowsAvx2Narrow<SOFT>::fns() : AffineTangentRowsAvx2<SOFT>::fns();
+  if (std::is_same_v<A, double> && isa_level() >= 2)
+    return affine_tangent_rows_of<AffineTangentRowsAvx512, A, SOFT>(narrow);
+  if (isa_level() >= 1) return affine_tangent_rows_of<AffineTangentRowsAvx2, A, SOFT>(narrow);
 #endif
-  return narrow ? AffineTangentRowsBaselineNarrow<SOFT>::fns()
-                : AffineTangentRowsBaseline<SOFT>::fns();
+  return affine_tangent_rows_of<AffineTangentRowsBaseline, A, SOFT>(narrow);
 }
 
 // One group of up to W pairs (regions non-empty, soft T > 0, inside the range
 // rule), start to finish: every entry of the pairs' Hessian-vector products
 // (zero outside the regions) and their grad_grad_score.
 template <typename T>
-void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, int count,
-                                  const AffineTangentRowFns& fns, const float* hidden,
-                                  const TangentIO<T>& io, Scratch<float>& sc) {
+void affine_double_backward_group(const Setup<T>& su, const ReversePairOf<Acc<T>>* pairs,
+                                  int count, const AffineTangentRowFnsOf<Acc<T>>& fns,
+                                  const Acc<T>* hidden, const TangentIO<T>& io,
+                                  Scratch<Acc<T>>& sc) {
+  using A = Acc<T>;
   const Problem& p = su.p;
   const int64_t N = su.N, MN = su.MN;
   int64_t mg = 0, ng = 0;
-  const ReverseLanes ln = lanes_of(pairs, count, mg, ng);
+  const ReverseLanesOf<A> ln = lanes_of(pairs, count, mg, ng);
   const T* dir_s[W] = {};
   const T* dir_o[W] = {};
   const T* dir_e[W] = {};
@@ -354,92 +380,101 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   int64_t lane_nr[W];
   for (int l = 0; l < W; ++l) lane_nr[l] = ln.nr[l];
   for (int l = 0; l < count; ++l) {
-    const ReversePair& q = pairs[l];
+    const ReversePairOf<A>& q = pairs[l];
     if (io.dir_s) dir_s[l] = io.dir_s + q.b * MN;
     if (io.dir_g) dir_o[l] = io.dir_g + q.b * MN;
     if (io.dir_e) dir_e[l] = io.dir_e + q.b * MN;
     go[l] = su.gap(p.gap_open, q.b);
     ge[l] = su.gap(p.gap_extend, q.b);
     for (T* g : {io.hvp_s, io.hvp_g, io.hvp_e})
-      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, 0.0f);
+      if (g) fill_outside(g + q.b * MN, su.M, N, q.mr, q.nr, A(0));
   }
   // The node tangents of every row, planes C, U, L, A, B.
-  TangentRowStore<5> tangents(pairs, count, mg, ng, fns.lanes);
-  float* tangent_mem = sc.tangent_rows.get(static_cast<int64_t>(tangents.floats()) + 16);
+  TangentRowStore<A, 5> tangents(pairs, count, mg, ng, fns.lanes);
+  A* tangent_mem = sc.tangent_rows.get(static_cast<int64_t>(tangents.elements() + 64 / sizeof(A)));
   while (reinterpret_cast<uintptr_t>(tangent_mem) % 64 != 0) ++tangent_mem;
   tangents.bind(tangent_mem);
 
-  // The cells' shares from the forward run again (AffineShareBlocks): from
-  // row 0 for the tangent pass, from the checkpoints for the reverse pass.
-  AffineShareBlocks<T> blocks(su, pairs, count, mg, ng, hidden);
+  // The cells' shares (AffineShareSource): float, the forward run again,
+  // from row 0 for the tangent pass and from the checkpoints for the reverse
+  // pass; float64, from the kept nodes, any row.
+  AffineShareSource<T> blocks(su, pairs, count, mg, ng, hidden);
   const int64_t stride = blocks.stride();  // its rows span whole chunks: >= (ng + 1) W
   constexpr int kRows = 2 * 5 + 2 + 3 + 12 + 3;
-  std::vector<float>& mem = sc.lanes;
-  mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 32), 0.0f);
-  float* base = mem.data();
+  std::vector<A>& mem = group_rows(sc);
+  mem.assign(static_cast<size_t>(kRows * stride + blocks.floats() + 128 / sizeof(A)), A(0));
+  A* base = mem.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
-  float* next = base;
+  A* next = base;
   auto take = [&]() {
-    float* a = next;
+    A* a = next;
     next += stride;
     return a;
   };
-  AffineShareRow here{take(), take(), take(), take(), take()};
-  AffineShareRow up{take(), take(), take(), take(), take()};
-  float *open = take(), *extend = take();
-  float *ws = take(), *wo = take(), *we = take();
-  float *in[6], *out[6];
+  AffineShareRowOf<A> here{take(), take(), take(), take(), take()};
+  AffineShareRowOf<A> up{take(), take(), take(), take(), take()};
+  A *open = take(), *extend = take();
+  A *ws = take(), *wo = take(), *we = take();
+  A *in[6], *out[6];
   for (int k = 0; k < 6; ++k) in[k] = take();
   for (int k = 0; k < 6; ++k) out[k] = take();
-  float *os = take(), *oo = take(), *oe = take();
-  for (const AffineShareRow& s : {here, up}) std::fill(s.start, s.start + W, 1.0f);  // col 0
+  A *os = take(), *oo = take(), *oe = take();
+  for (const AffineShareRowOf<A>& s : {here, up}) std::fill(s.start, s.start + W, A(1));  // col 0
   while (reinterpret_cast<uintptr_t>(next) % 64 != 0) ++next;
   blocks.bind(next);
 
   // Row r of each lane's `src` (nullptr: skipped) into `dst` at (j - 1) * W,
   // times `scale`; lanes without row r get 0. A direction not given at all
   // stays the zero row it starts as.
-  auto gather = [&](const T* const* src, int64_t r, float scale, float* dst) {
+  auto gather = [&](const T* const* src, int64_t r, A scale, A* dst) {
     if (std::all_of(src, src + count, [](const T* a) { return a == nullptr; })) return;
     const T* row[W] = {};
     for (int l = 0; l < count; ++l) {
       if (src[l] && r <= pairs[l].mr) {
         row[l] = src[l] + (r - 1) * N;
       } else {
-        for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = 0.0f;
+        for (int64_t j = 0; j < lane_nr[l]; ++j) dst[j * W + l] = A(0);
       }
     }
     interleave_rows_of(dst, row, lane_nr, count, scale);
   };
-  // Row r's shares into `sh` (row 0: the boundary's): the next row of the
-  // forward from row 0 (`from_top`, the tangent pass), or the row of the
+  // Row r's shares into `sh` (row 0: the boundary's). Float: the next row of
+  // the forward from row 0 (`from_top`, the tangent pass), or the row of the
   // block holding r, masked as it is copied (the reverse pass: the block's
   // rows are the next block's after the next call). The mask is for the
   // copy's sake: the row kernels give a cell out of its lane's region zero
   // weights and messages whatever its shares, and a cell inside reads the
   // shares of cells inside or on the boundary only (a C the forward flushed
-  // has a boundary's shares from the forward itself, forward_probability.h), so the
-  // tangent pass takes the forward's rows as they are.
-  auto shares = [&](int64_t r, const AffineShareRow& sh, bool from_top) {
+  // has a boundary's shares from the forward itself, forward_probability.h),
+  // so the tangent pass takes the forward's rows as they are. Float64: the
+  // shares of the kept nodes, straight into `sh` in either pass (a flushed C
+  // gets a boundary's shares there too).
+  auto shares = [&](int64_t r, const AffineShareRowOf<A>& sh, bool from_top) {
     if (r == 0) {
-      std::fill(sh.start + W, sh.start + stride, 1.0f);
-      for (float* a : {sh.d, sh.u, sh.l, sh.c}) std::fill(a + W, a + stride, 0.0f);
-      if (from_top) blocks.start();
+      std::fill(sh.start + W, sh.start + stride, A(1));
+      for (A* a : {sh.d, sh.u, sh.l, sh.c}) std::fill(a + W, a + stride, A(0));
+      if constexpr (std::is_same_v<A, float>)
+        if (from_top) blocks.start();
       return;
     }
     // (Cols 1..ng are written; col 0 stays the boundary.)
-    if (from_top) {
-      blocks.step(r, AffineShareRows{sh.start, sh.d, sh.u, sh.l, sh.c});
-      return;
+    const AffineShareRowsOf<A> into{sh.start, sh.d, sh.u, sh.l, sh.c};
+    if constexpr (std::is_same_v<A, float>) {
+      if (from_top) {
+        blocks.step(r, into);
+        return;
+      }
+      const AffineShareRowsOf<A> b = blocks.row(r);
+      fns.mask(AffineShareRowOf<A>{b.start, b.d, b.u, b.l, b.e0}, sh, static_cast<int32_t>(ng),
+               static_cast<int32_t>(r), ln);
+    } else {
+      blocks.row(r, into);
     }
-    const AffineShareRows b = blocks.row(r);
-    fns.mask(AffineShareRow{b.start, b.d, b.u, b.l, b.e0}, sh, static_cast<int32_t>(ng),
-             static_cast<int32_t>(r), ln);
   };
   const bool gap_tensor = p.has_gap_tensor();
   if (!gap_tensor) {
-    std::fill(open, open + ng * W, CpuMath::exp2(static_cast<float>(go[0].value)));
-    std::fill(extend, extend + ng * W, CpuMath::exp2(static_cast<float>(ge[0].value)));
+    std::fill(open, open + ng * W, CpuMath::exp2(go[0].value));
+    std::fill(extend, extend + ng * W, CpuMath::exp2(ge[0].value));
   }
   // Row i's gap weights and directions.
   auto inputs = [&](int64_t i) {
@@ -447,26 +482,26 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
       for (int l = 0; l < count; ++l) {
         if (i > pairs[l].mr) continue;
         for (int64_t j = 0; j < lane_nr[l]; ++j) {
-          open[j * W + l] = CpuMath::exp2(static_cast<float>(go[l].at(i, j + 1)));
-          extend[j * W + l] = CpuMath::exp2(static_cast<float>(ge[l].at(i, j + 1)));
+          open[j * W + l] = CpuMath::exp2(go[l].at(i, j + 1));
+          extend[j * W + l] = CpuMath::exp2(ge[l].at(i, j + 1));
         }
       }
-    gather(dir_s, i, 1.0f, ws);
-    gather(dir_o, i, 1.0f, wo);
-    gather(dir_e, i, 1.0f, we);
+    gather(dir_s, i, A(1), ws);
+    gather(dir_o, i, A(1), wo);
+    gather(dir_e, i, A(1), we);
   };
-  auto row_of = [](const TangentRowStore<5>::Row& planes) {
-    return AffineTangentRow{planes[0], planes[1], planes[2], planes[3], planes[4]};
+  auto row_of = [](const typename TangentRowStore<A, 5>::Row& planes) {
+    return AffineTangentRowOf<A>{planes[0], planes[1], planes[2], planes[3], planes[4]};
   };
-  alignas(64) float sdot[W] = {};
+  alignas(64) A sdot[W] = {};
 
   // Tangent pass, first row down.
   shares(0, up, true);
   for (int64_t i = 1; i <= mg; ++i) {
     shares(i, here, true);
     inputs(i);
-    const AffineTangentRows rows{here,  up, open, extend, ws, wo, we, row_of(tangents.put(i)),
-                                 row_of(tangents.up(i)), sdot};
+    const AffineTangentRowsOf<A> rows{here, up, open, extend, ws, wo, we, row_of(tangents.put(i)),
+                                      row_of(tangents.up(i)), sdot};
     fns.tangent(rows, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln);
     tangents.kept(i);
     std::swap(here, up);
@@ -474,26 +509,26 @@ void affine_double_backward_group(const Setup<T>& su, const ReversePair* pairs, 
   // grad_grad_score = <W, P>: the seeds' tangent (soft), or Cdot at the
   // region's corner (max).
   for (int l = 0; l < count; ++l) {
-    const ReversePair& q = pairs[l];
+    const ReversePairOf<A>& q = pairs[l];
     if (!su.soft_reduction) sdot[l] = tangents.at(l, 0, q.mr, q.nr);
     st(io.grad_grad_score, q.b, sdot[l]);
   }
 
   // Reverse pass, last row up.
-  for (float* a : in) std::fill(a, a + stride, 0.0f);
+  for (A* a : in) std::fill(a, a + stride, A(0));
   shares(mg, here, false);
-  AffineTangentRow t = row_of(tangents.get(mg));
+  AffineTangentRowOf<A> t = row_of(tangents.get(mg));
   for (int64_t i = mg; i >= 1; --i) {
     shares(i - 1, up, false);
-    const AffineTangentRow t_up = row_of(tangents.get(i - 1));
+    const AffineTangentRowOf<A> t_up = row_of(tangents.get(i - 1));
     inputs(i);
-    const AffineTangentRows rows{here, up, open, extend, ws, wo, we, t, t_up, nullptr};
-    const AffineTangentMessages msg{in[0],  in[1],  in[2],  in[3],
-                                    in[4],  in[5],  out[0], out[1],
-                                    out[2], out[3], out[4], out[5],
-                                    os,     io.hvp_g ? oo : nullptr, io.hvp_e ? oe : nullptr};
+    const AffineTangentRowsOf<A> rows{here, up, open, extend, ws, wo, we, t, t_up, nullptr};
+    const AffineTangentMessagesOf<A> msg{in[0],  in[1],  in[2],  in[3],
+                                         in[4],  in[5],  out[0], out[1],
+                                         out[2], out[3], out[4], out[5],
+                                         os,     io.hvp_g ? oo : nullptr, io.hvp_e ? oe : nullptr};
     fns.reverse(rows, msg, static_cast<int32_t>(ng), static_cast<int32_t>(i), ln, sdot,
-                static_cast<float>(su.inv_t));
+                su.inv_t);
     scatter_row(su, pairs, count, i, lane_nr, os, io.hvp_s);
     scatter_row(su, pairs, count, i, lane_nr, oo, io.hvp_g);
     scatter_row(su, pairs, count, i, lane_nr, oe, io.hvp_e);

@@ -46,20 +46,23 @@ struct AffineRowShares {
 // A cell's weights in AffineRowWeights' order from its shares (`here`), its
 // left neighbour's (`left`, the L node opens from B there) and the shares of
 // the cell above (`up`, the U node opens from A there); `o`, `e`: the gap
-// weights 2^open, 2^extend at the cell.
-template <int VL>
-SOFTSW_VINLINE void affine_weights_of_shares(const AffineShares<Floats<VL>>& here,
-                                             const AffineShares<Floats<VL>>& left,
-                                             const AffineShares<Floats<VL>>& up, Floats<VL> o,
-                                             Floats<VL> e, Floats<VL>* w) {
-  using Fl = Floats<VL>;
-  using P = AffineProbabilityWeights<Fl, VecMath<VL>>;
+// weights 2^open, 2^extend at the cell. Lanes of the accumulate type A (the
+// float rows, and the float64 double backward's).
+template <typename A, int VL>
+SOFTSW_VINLINE void affine_weights_of_shares(const AffineShares<Packed<A, VL>>& here,
+                                             const AffineShares<Packed<A, VL>>& left,
+                                             const AffineShares<Packed<A, VL>>& up,
+                                             Packed<A, VL> o, Packed<A, VL> e,
+                                             Packed<A, VL>* w) {
+  using Fl = Packed<A, VL>;
+  using Math = PackedMath<A, VL>;
+  using P = AffineProbabilityWeights<Fl, Math>;
   const Weights<Fl> wc = P::c(here);
   // The A and B nodes' weights: d / a, l / a and d / b, u / b (0 where the
   // share underflowed to 0: then d, l, u are 0 too).
-  const Fl tiny = std::numeric_limits<float>::min();
-  const Fl ia = Fl(1.0f) / VecMath<VL>::larger(here.a(), tiny);
-  const Fl ib = Fl(1.0f) / VecMath<VL>::larger(here.b(), tiny);
+  const Fl tiny = std::numeric_limits<A>::min();
+  const Fl ia = Fl(A(1)) / Math::larger(here.a(), tiny);
+  const Fl ib = Fl(A(1)) / Math::larger(here.b(), tiny);
   const GapWeights<Fl> wu = P::u_per_a(up, o, e), wl = P::l_per_b(left, o, e);
   using R = AffineRowWeights;
   w[R::kC1] = wc.p1;
@@ -113,7 +116,7 @@ SOFTSW_VINLINE void affine_row_weights_body(const AffineRowInputs& in, int64_t n
     const AffineShares<Fl> here = at(sh.here, j), left = at(sh.here, j - 1), up = at(sh.up, j);
     const Fl o = X::exp2(X::load(in.open + j)), e = X::exp2(X::load(in.extend + j));
     Fl v[AffineRowWeights::kCount];
-    affine_weights_of_shares<VL>(here, left, up, o, e, v);
+    affine_weights_of_shares<float, VL>(here, left, up, o, e, v);
     const auto live = X::load(in.c + j) > ninf;
     for (int k = 0; k < AffineRowWeights::kCount; ++k) X::store(out[k] + j, X::sel(live, v[k].v, zero));
   }

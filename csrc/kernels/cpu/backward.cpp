@@ -312,21 +312,21 @@ void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int
   st(ggs, b, sdot);
 }
 
-// The SIMD double backward, soft (T > 0): linear gaps
-// (double_backward_simd.h) every pair, float and double accumulate; affine
-// gaps (affine_double_backward_simd.h, float accumulate only) the pairs
-// inside the range rule of probability.h. In groups; a lone linear pair and
-// the other pairs (empty, invalid, out of range) on the scalar passes.
-// False when it does not apply (then the scalar passes run): float64 affine
-// gaps among others.
+// The SIMD double backward, soft (T > 0), float and double accumulate:
+// linear gaps (double_backward_simd.h) every pair; affine gaps
+// (affine_double_backward_simd.h) the pairs inside the range rule of
+// probability.h (their shares: float, the forward run again from its
+// checkpoints; float64, the kept C, U, L planes). In groups; a lone linear
+// pair and the other pairs (empty, invalid, out of range) on the scalar
+// passes. False when it does not apply (then the scalar passes run).
 template <typename T>
 bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
   using A = Acc<T>;
   constexpr bool kFloat = std::is_same_v<A, float>;
   const Problem& p = su.p;
-  if (su.hard || (!kFloat && p.affine) || su.M >= (int64_t(1) << 30) ||
-      su.N >= (int64_t(1) << 30) || simd::isa_level() < 0)
+  if (su.hard || su.M >= (int64_t(1) << 30) || su.N >= (int64_t(1) << 30) ||
+      simd::isa_level() < 0)
     return false;
   std::vector<simd::ReversePairOf<A>> pairs;
   std::vector<int64_t> singles;
@@ -339,11 +339,11 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
   const bool soft = su.soft_reduction;
   const simd::TangentRowFnsOf<A> linear =
       soft ? simd::pick_tangent_rows<A, true>() : simd::pick_tangent_rows<A, false>();
-  simd::AffineTangentRowFns affine[2];  // [narrow]
+  simd::AffineTangentRowFnsOf<A> affine[2];  // [narrow]
   if (p.affine)
     for (bool narrow : {false, true})
-      affine[narrow] = soft ? simd::pick_affine_tangent_rows<true>(narrow)
-                            : simd::pick_affine_tangent_rows<false>(narrow);
+      affine[narrow] = soft ? simd::pick_affine_tangent_rows<A, true>(narrow)
+                            : simd::pick_affine_tangent_rows<A, false>(narrow);
   const simd::TangentIO<T> io{
       static_cast<const T*>(args.dir_scores),
       static_cast<const T*>(args.dir_gap_open),
@@ -360,20 +360,20 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
     }
     const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
     // One busy lane of W is slower than the scalar passes (float and
-    // double: there is no column-block pass for a lone pair here), but an
-    // affine pair's state is its checkpoints, which the group passes read.
+    // double: there is no column-block pass for a lone pair here), but a
+    // lone affine pair runs as a group of one: a float pair's state is its
+    // checkpoints, which the group passes read; a float64 pair gets the bits
+    // it gets inside any group, as in the backward.
     if (hi - lo == 1 && !p.affine) {
       double_backward_one<T>(su, args, pairs[lo].b, sc);
       return;
     }
     if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/kFloat && p.affine);
     const int count = static_cast<int>(hi - lo);
-    if constexpr (kFloat) {
-      if (p.affine) {
-        simd::affine_double_backward_group<T>(su, pairs.data() + lo, count,
-                                              affine[count <= simd::W / 2], hidden, io, sc);
-        return;
-      }
+    if (p.affine) {
+      simd::affine_double_backward_group<T>(su, pairs.data() + lo, count,
+                                            affine[count <= simd::W / 2], hidden, io, sc);
+      return;
     }
     simd::double_backward_linear_group<T>(su, pairs.data() + lo, count, linear, hidden, io, sc);
   });

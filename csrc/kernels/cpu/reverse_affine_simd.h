@@ -484,11 +484,19 @@ SOFTSW_TARGET_AVX2 void shares_of_nodes_avx2(const AffineNodeRowsOf<A>& in, int3
                                              const AffineShareRowsOf<A>& out) {
   shares_of_nodes_body<A, 32 / static_cast<int>(sizeof(A))>(in, n, out);
 }
+template <typename A>
+SOFTSW_TARGET_AVX512 void shares_of_nodes_avx512(const AffineNodeRowsOf<A>& in, int32_t n,
+                                                 const AffineShareRowsOf<A>& out) {
+  shares_of_nodes_body<A, 32 / static_cast<int>(sizeof(A))>(in, n, out);
+}
 #endif
 
+// Double lanes on AVX-512VL where the CPU has it, as the double rows of the
+// passes (its double <-> int64 conversions in exp2 are single instructions).
 template <typename A>
 SharesOfNodesFnOf<A> pick_shares_of_nodes() {
 #if defined(__x86_64__)
+  if (std::is_same_v<A, double> && isa_level() >= 2) return &shares_of_nodes_avx512<A>;
   if (isa_level() >= 1) return &shares_of_nodes_avx2<A>;
 #endif
   return &shares_of_nodes_baseline<A>;
@@ -514,8 +522,10 @@ class AffineNodeShares {
     }
   }
 
-  // Elements bind() takes: the node rows (C, U, L, the C above, scores) and
+  // Row stride of the rows it writes ((columns + 1) * W elements), and the
+  // elements bind() takes: the node rows (C, U, L, the C above, scores) and
   // the shares (start, d, u, l, e0).
+  int64_t stride() const { return stride_; }
   int64_t floats() const { return 10 * stride_ + 64 / sizeof(A); }
   void bind(A* base) {
     while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
@@ -532,6 +542,12 @@ class AffineNodeShares {
   // Row r's shares (1 <= r <= the group's rows; e0: C), valid until the next
   // call.
   AffineShareRowsOf<A> row(int64_t r) {
+    row(r, out_);
+    return out_;
+  }
+  // The same into `out` (cols 1..the group's columns, at j * W; what a lane
+  // without row r holds there is left as it is).
+  void row(int64_t r, const AffineShareRowsOf<A>& out) {
     const int64_t N = su_.N, MN = su_.MN;
     const A* src[W] = {};
     const T* scores[W] = {};
@@ -554,8 +570,7 @@ class AffineNodeShares {
     }
     interleave_rows_of(s_, scores, n, count_, su_.beta);
     const AffineNodeRowsOf<A> in{c_, u_, l_, c_up_, s_};
-    fn_(in, static_cast<int32_t>(stride_ / W - 1), out_);
-    return out_;
+    fn_(in, static_cast<int32_t>(stride_ / W - 1), out);
   }
 
  private:
@@ -570,6 +585,13 @@ class AffineNodeShares {
   AffineShareRowsOf<A> out_{};
 };
 
+// Where a group's shares come from, as the training forward left its state:
+// a float group's forward run again from its checkpoints, a float64 group's
+// kept C, U, L planes.
+template <typename T>
+using AffineShareSource = std::conditional_t<std::is_same_v<Acc<T>, float>, AffineShareBlocks<T>,
+                                             AffineNodeShares<T>>;
+
 // One group of up to W pairs (regions non-empty, inside the range rule),
 // start to finish: writes every entry of the pairs' gradients (zero outside
 // the regions). The cells' shares come, for float pairs, from the forward run
@@ -581,8 +603,6 @@ void reverse_affine_group(const Setup<T>& su, const ReversePairOf<Acc<T>>* pairs
                           const AffineReverseRowFnsOf<Acc<T>>& rows_fn, const Acc<T>* hidden,
                           T* grad_s, T* grad_o, T* grad_e, std::vector<Acc<T>>& mem) {
   using A = Acc<T>;
-  using Shares = std::conditional_t<std::is_same_v<A, float>, AffineShareBlocks<T>,
-                                    AffineNodeShares<T>>;
   const AffineReverseRowFnOf<A> row = rows_fn.of(count);
   const Problem& p = su.p;
   const int64_t N = su.N, MN = su.MN;
@@ -598,7 +618,7 @@ void reverse_affine_group(const Setup<T>& su, const ReversePairOf<Acc<T>>* pairs
   }
   const bool gap_tensor = p.has_gap_tensor();
   const AffineGapWeightsOf<A> gaps = affine_gap_weights(su);
-  Shares blocks(su, pairs, count, mg, ng, hidden);
+  AffineShareSource<T> blocks(su, pairs, count, mg, ng, hidden);
   // The pass's rows, then the shares' own.
   const int64_t stride = (ng + 1) * W;
   mem.assign(static_cast<size_t>(AffineReverseBuffersOf<A>::kRows * stride + blocks.floats() +

@@ -78,13 +78,14 @@
 //   double backward, linear gaps, T > 0: double_backward_simd.h; float64
 //     too, double lanes;
 //   double backward, affine gaps, T > 0, a pair inside the range rule:
-//     affine_double_backward_simd.h, on the same shares.
+//     affine_double_backward_simd.h, on the same shares; float64 too, double
+//     lanes (a lone pair: a group of one).
 // A group of at most W / 2 pairs runs narrow rows (half the lanes) where a
 // pass has them (the probability-domain rows, the affine reverse and double
 // backward rows). Every other pass (float64 outside the probability-domain
-// forward and the backward above, the float64 affine double backward, T = 0
-// backward, the affine backward and double backward outside the range rule,
-// and the affine forward at T > 0 outside the range rule) is the scalar cell loop of
+// forward, the backward and the double backward above, T = 0 backward, the
+// affine backward and double backward outside the range rule, and the affine
+// forward at T > 0 outside the range rule) is the scalar cell loop of
 // forward.h and reverse.h; so is a linear pair alone in its group of the
 // double backward, or of the backward when it is short. The soft passes
 // run with subnormal numbers flushed to zero (float_mode.h). The scalar reverse and tangent passes

@@ -385,7 +385,7 @@ inline void deinterleave_rows(float* const* dst, const float* src, const int64_t
 // The same for double rows (the float64 passes' rows and state): two lanes
 // by two columns at a time.
 inline void interleave_rows(double* dst, const double* const* src, const int64_t* n, int count,
-                            double scale) {
+                            double scale, int64_t stride = W) {
   using D2 = VecOf<double, 2>::F;
   int l0 = 0;
   for (; l0 + 2 <= count; l0 += 2) {
@@ -400,20 +400,21 @@ inline void interleave_rows(double* dst, const double* const* src, const int64_t
         a *= scale;
         b *= scale;
         const D2 c0 = __builtin_shufflevector(a, b, 0, 2), c1 = __builtin_shufflevector(a, b, 1, 3);
-        std::memcpy(dst + j * W + l0, &c0, sizeof c0);
-        std::memcpy(dst + (j + 1) * W + l0, &c1, sizeof c1);
+        std::memcpy(dst + j * stride + l0, &c0, sizeof c0);
+        std::memcpy(dst + (j + 1) * stride + l0, &c1, sizeof c1);
       }
     }
     for (int l = l0; l < l0 + 2; ++l)
       if (src[l])
-        for (int64_t k = j; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+        for (int64_t k = j; k < n[l]; ++k) dst[k * stride + l] = src[l][k] * scale;
   }
   for (int l = l0; l < count; ++l)
     if (src[l])
-      for (int64_t k = 0; k < n[l]; ++k) dst[k * W + l] = src[l][k] * scale;
+      for (int64_t k = 0; k < n[l]; ++k) dst[k * stride + l] = src[l][k] * scale;
 }
 
-inline void deinterleave_rows(double* const* dst, const double* src, const int64_t* n, int count) {
+inline void deinterleave_rows(double* const* dst, const double* src, const int64_t* n, int count,
+                              int64_t stride = W) {
   using D2 = VecOf<double, 2>::F;
   int l0 = 0;
   for (; l0 + 2 <= count; l0 += 2) {
@@ -423,8 +424,8 @@ inline void deinterleave_rows(double* const* dst, const double* src, const int64
       const int64_t common = std::min(n[l0], n[l0 + 1]);
       for (; j + 2 <= common; j += 2) {
         D2 a, b;
-        std::memcpy(&a, src + j * W + l0, sizeof a);
-        std::memcpy(&b, src + (j + 1) * W + l0, sizeof b);
+        std::memcpy(&a, src + j * stride + l0, sizeof a);
+        std::memcpy(&b, src + (j + 1) * stride + l0, sizeof b);
         const D2 c0 = __builtin_shufflevector(a, b, 0, 2), c1 = __builtin_shufflevector(a, b, 1, 3);
         std::memcpy(d[0] + j, &c0, sizeof c0);
         std::memcpy(d[1] + j, &c1, sizeof c1);
@@ -432,11 +433,11 @@ inline void deinterleave_rows(double* const* dst, const double* src, const int64
     }
     for (int l = l0; l < l0 + 2; ++l)
       if (dst[l])
-        for (int64_t k = j; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+        for (int64_t k = j; k < n[l]; ++k) dst[l][k] = src[k * stride + l];
   }
   for (int l = l0; l < count; ++l)
     if (dst[l])
-      for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * W + l];
+      for (int64_t k = 0; k < n[l]; ++k) dst[l][k] = src[k * stride + l];
 }
 
 // The same for rows of any element type T (element.h) and lanes of its
