@@ -8,7 +8,8 @@ import sys
 import torch
 
 import softsw
-from conftest import assert_close, grad_tol, grads, leaf, padding_mask, randn, score_tol
+from conftest import (assert_close, grad_tol, grads, leaf, padding_mask, rand_lengths, randn,
+                      score_tol)
 from reference import ref_align
 
 # ProbabilityRange<double>::kMaxLog2Weight (csrc/kernels/probability.h): the
@@ -118,6 +119,30 @@ def scores_across_a_range_rule(gen, B, M, N, big, block=40.0):
     S[7] *= 1e3
     S[9, 5:10, 10:20] = block
     return S
+
+
+def gap_tensor(gen, B, M, N, low, high):
+    """Per-cell float64 gap scores, uniform in [-high, -low]."""
+    return -(torch.rand(B, M, N, generator=gen, dtype=torch.float64) * (high - low) + low)
+
+
+def small_padded_problem(gen, affine):
+    """The gradcheck problem of the CPU float64 SIMD passes: a padded batch of
+    17 (a group of 16 and one more) of 4 x 5 pairs with gap tensors. Returns
+    the leaves (scores, gap_open[, gap_extend]) and, per reduction, the
+    function of them that gradcheck / gradgradcheck differentiate."""
+    B, M, N = 17, 4, 5
+    lengths = rand_lengths(gen, B, M, N)
+    S = randn(gen, B, M, N)
+    gaps = [gap_tensor(gen, B, M, N, 0.2, 1.2)] + ([gap_tensor(gen, B, M, N, 0.1, 0.5)] if affine
+                                                   else [])
+
+    def align_of(reduction):
+        def f(x, *g):
+            return softsw.align(x, g[0], 0.9, gap_extend=g[1] if affine else None,
+                                lengths=lengths, reduction=reduction)
+        return f
+    return (leaf(S), *[leaf(g) for g in gaps]), align_of
 
 
 def outputs_under_isa(isa, path, script, payload):

@@ -29,8 +29,8 @@ import torch
 
 import softsw
 from conftest import fill_padding, grad_tol, leaf, rand_lengths, randn
-from helpers import (DOUBLE_LOG2_LIMIT, assert_simd_ran, compare_with_reference,
-                     outputs_under_isa, scores_across_a_range_rule)
+from helpers import (DOUBLE_LOG2_LIMIT, assert_simd_ran, compare_with_reference, gap_tensor,
+                     outputs_under_isa, scores_across_a_range_rule, small_padded_problem)
 from reference import ref_align
 from softsw import _ops
 
@@ -82,10 +82,6 @@ def test_range_rule_mixed_in_one_group(two_cpu_threads, gen, reduction, affine):
     S = fill_padding(S, lengths, gen)
     compare_with_reference(gen, S, -1.0, T, gap_extend=-0.25 if affine else None,
                            lengths=lengths, reduction=reduction)
-
-
-def gap_tensor(gen, B, M, N, low, high):
-    return -(torch.rand(B, M, N, generator=gen, dtype=F64) * (high - low) + low)
 
 
 @AFFINE
@@ -153,17 +149,9 @@ def test_gradcheck(gen, affine):
     """torch.autograd.gradcheck through the SIMD backward: a padded batch of
     17 (a group and a lone pair on two threads), both reductions, gap
     tensors."""
-    B, M, N = 17, 4, 5
-    lengths = rand_lengths(gen, B, M, N)
-    S = randn(gen, B, M, N)
-    gaps = [gap_tensor(gen, B, M, N, 0.2, 1.2)] + ([gap_tensor(gen, B, M, N, 0.1, 0.5)] if affine
-                                                   else [])
+    inputs, align_of = small_padded_problem(gen, affine)
     for reduction in ("max", "soft"):
-        def f(x, *g, reduction=reduction):
-            return softsw.align(x, g[0], 0.9, gap_extend=g[1] if affine else None,
-                                lengths=lengths, reduction=reduction)
-        assert torch.autograd.gradcheck(f, (leaf(S), *[leaf(g) for g in gaps]), eps=1e-6,
-                                        atol=1e-7)
+        assert torch.autograd.gradcheck(align_of(reduction), inputs, eps=1e-6, atol=1e-7)
 
 
 # The backward op alone on the problems and forward states of a file (as the

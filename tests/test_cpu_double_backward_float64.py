@@ -29,19 +29,15 @@ import pytest
 import torch
 
 import softsw
-from conftest import assert_close, fill_padding, grad_tol, hvp_tol, leaf, rand_lengths, randn
-from helpers import (DOUBLE_LOG2_LIMIT, assert_simd_ran, first_and_second, outputs_under_isa,
-                     scores_across_a_range_rule)
+from conftest import assert_close, fill_padding, grad_tol, hvp_tol, rand_lengths, randn
+from helpers import (DOUBLE_LOG2_LIMIT, assert_simd_ran, first_and_second, gap_tensor,
+                     outputs_under_isa, scores_across_a_range_rule, small_padded_problem)
 from reference import ref_align
 from softsw import _ops
 
 F64 = torch.float64
 
 AFFINE = pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
-
-
-def gap_tensor(gen, B, M, N, low, high):
-    return -(torch.rand(B, M, N, generator=gen, dtype=F64) * (high - low) + low)
 
 
 def gaps_of(gen, B, M, N, tensor, affine, scale=1.0):
@@ -174,17 +170,9 @@ def test_affine_tangent_store_layouts(one_cpu_thread, gen, gaps, reduction):
 def test_gradgradcheck(two_cpu_threads, gen, affine):
     """torch.autograd.gradgradcheck through the SIMD double backward: a padded
     batch of 17 (two groups), both reductions, gap tensors."""
-    B, M, N = 17, 4, 5
-    lengths = rand_lengths(gen, B, M, N)
-    S = randn(gen, B, M, N)
-    gaps = [gap_tensor(gen, B, M, N, 0.2, 1.2)] + ([gap_tensor(gen, B, M, N, 0.1, 0.5)] if affine
-                                                   else [])
+    inputs, align_of = small_padded_problem(gen, affine)
     for reduction in ("max", "soft"):
-        def f(x, *g, reduction=reduction):
-            return softsw.align(x, g[0], 0.9, gap_extend=g[1] if affine else None,
-                                lengths=lengths, reduction=reduction)
-        assert torch.autograd.gradgradcheck(f, (leaf(S), *[leaf(g) for g in gaps]), eps=1e-6,
-                                            atol=1e-6)
+        assert torch.autograd.gradgradcheck(align_of(reduction), inputs, eps=1e-6, atol=1e-6)
 
 
 # The double backward op alone on the problems and forward states of a file

@@ -146,6 +146,19 @@ void set_seed_scales(const Setup<T>& su, const Acc<T>* hidden, simd::ReversePair
 // float64, the C, U, L planes; alone in a group or not); the other pairs on
 // the scalar passes. False when it does not apply (then the scalar passes
 // run).
+// The SIMD passes' work as items of one parallel_for: `groups` groups of the
+// P grouped pairs (group g: pairs [g P / groups, (g + 1) P / groups), given to
+// `group` as lo, hi) and the pairs left to the scalar passes (`single`).
+template <typename A, typename Single, typename Group>
+void for_groups_and_singles(int64_t P, int64_t groups, const std::vector<int64_t>& singles,
+                            double work, Single&& single, Group&& group) {
+  const int64_t items = groups + static_cast<int64_t>(singles.size());
+  parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
+    if (g >= groups) single(singles[g - groups], sc);
+    else group(g * P / groups, (g + 1) * P / groups, sc);
+  });
+}
+
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
@@ -170,13 +183,9 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
       soft ? simd::pick_reverse_row<A, true>() : simd::pick_reverse_row<A, false>();
   const simd::AffineReverseRowFnsOf<A> affine_rows =
       simd::pick_reverse_affine_rows<A>(soft, p.has_gap_tensor());
-  const int64_t items = groups + static_cast<int64_t>(singles.size());
-  parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
-    if (g >= groups) {
-      backward_one<T>(su, args, singles[g - groups], sc);
-      return;
-    }
-    const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+  auto single = [&](int64_t b, Scratch<A>& sc) { backward_one<T>(su, args, b, sc); };
+  for_groups_and_singles<A>(P, groups, singles, work, single, [&](int64_t lo, int64_t hi,
+                                                                  Scratch<A>& sc) {
     const int count = static_cast<int>(hi - lo);
     if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/kFloat && p.affine);
     const simd::ReversePairOf<A>& q = pairs[lo];
@@ -352,20 +361,16 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
       static_cast<T*>(args.hvp_gap_open),
       p.affine ? static_cast<T*>(args.hvp_gap_extend) : nullptr,
       static_cast<T*>(args.grad_grad_score)};
-  const int64_t items = groups + static_cast<int64_t>(singles.size());
-  parallel_for<Scratch<A>>(items, work, [&](int64_t g, Scratch<A>& sc) {
-    if (g >= groups) {
-      double_backward_one<T>(su, args, singles[g - groups], sc);
-      return;
-    }
-    const int64_t lo = g * P / groups, hi = (g + 1) * P / groups;
+  auto single = [&](int64_t b, Scratch<A>& sc) { double_backward_one<T>(su, args, b, sc); };
+  for_groups_and_singles<A>(P, groups, singles, work, single, [&](int64_t lo, int64_t hi,
+                                                                  Scratch<A>& sc) {
     // One busy lane of W is slower than the scalar passes (float and
     // double: there is no column-block pass for a lone pair here), but a
     // lone affine pair runs as a group of one: a float pair's state is its
     // checkpoints, which the group passes read; a float64 pair gets the bits
     // it gets inside any group, as in the backward.
     if (hi - lo == 1 && !p.affine) {
-      double_backward_one<T>(su, args, pairs[lo].b, sc);
+      single(pairs[lo].b, sc);
       return;
     }
     if (soft) set_seed_scales(su, hidden, pairs.data(), lo, hi, /*checkpoints=*/kFloat && p.affine);
