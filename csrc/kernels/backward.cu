@@ -323,11 +323,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // of 32 steps ahead (staging.cuh): each step leaves its d score / d S in the
 // slot over the score it read, and the finished chunk is stored a row at a
 // time (coalesced). H of the band comes from `hidden` (one coalesced run per
-// anti-diagonal) into a ring of 8 registers, loaded 8 steps before it is read;
-// H of the row above the band a chunk ahead. Shared memory stays at the
-// scores' two slots, so that 6 blocks of 4 warps share an SM: while a band
-// waits on the band below it (a chunk of columns at a time) others compute.
+// anti-diagonal) into a ring of 8 anti-diagonals in shared memory, copied
+// (cp.async, a group a step) 8 steps before it is read: groups complete in
+// order, so a step waits for the copies of its own three anti-diagonals
+// (wait_group 5), not for the latest copy, as a wait on a register loaded
+// from global memory would (every such load shares one scoreboard); the
+// neighbour's H is read from the ring instead of shuffled. H of the row
+// above the band comes a chunk ahead. Shared memory stays at the scores' two
+// slots and the ring (37 KB a block in float), so that 6 blocks of 4 warps
+// share an SM: while a band waits on the band below it others compute.
 constexpr int kHiddenRing = 8;
+// Bytes of shared memory of a block of backward_staged.
+template <typename T, typename A>
+constexpr size_t staged_backward_smem_bytes() {
+  return staging_smem_bytes<T, 1>() + size_t(kWarpsPerBlock) * kHiddenRing * kWarp * sizeof(A);
+}
 // The band edge between neighbouring bands goes over in groups of 8 columns,
 // not whole chunks: a band then starts ~31 + 8 steps after the band below it
 // instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
@@ -351,6 +361,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
   using Edge = TaggedEdge<A>;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
   T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, 1>;
+  // This warp's H ring: anti-diagonal t at (t mod 8) * 32, lane l's row at + l.
+  A* const hring = reinterpret_cast<A*>(stage_bytes + staging_smem_bytes<T, 1>()) +
+                   (threadIdx.x / kWarp) * kHiddenRing * kWarp;
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
 
   for (;;) {
@@ -396,25 +409,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     const int steps = n + rows_here - 1;
     const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
 
-    // H ring: ring[d % 8] holds this lane's H on anti-diagonal d (0 outside
-    // the pair). Every step t, run or skipped, loads d = t - 8 into the slot
-    // it frees (t % 8, known at compile time in the unrolled chunks);
+    // H ring: slot d % 8 holds H on anti-diagonal d (0 outside the pair).
+    // Every step t, run or skipped, copies d = t - 8 into the slot it frees
+    // (t % 8, known at compile time in the unrolled steps) as one group;
     // `next_slot` walks (d mod n) down with it.
-    A ring[kHiddenRing];
     const int t_top = chunks * kChunkSteps - 1;  // the last chunk's first step
     int next_slot = (t_top - kHiddenRing) % n;
+    auto ring = [&](const int x, const int l) -> A { return hring[(x & (kHiddenRing - 1)) * kWarp + l]; };
+    auto copy_ring = [&](const int x, const int slot, const bool ok) {
+      copy_async<sizeof(A)>(hring + (x & (kHiddenRing - 1)) * kWarp + lane,
+                            ok ? hidden + int64_t(slot) * rows_here : a.hidden, ok);
+      copy_async_commit();
+    };
     auto load_ring = [&](const int t, const int x, auto checked) {
       const int c = t - kHiddenRing - lane;
-      const bool ok = !decltype(checked)::value || (row_ok && c >= 0 && c < n);
-      ring[x & (kHiddenRing - 1)] = ok ? __ldg(hidden + int64_t(next_slot) * rows_here) : A(0);
+      copy_ring(x, next_slot, !decltype(checked)::value || (row_ok && c >= 0 && c < n));
       next_slot = next_slot == 0 ? n - 1 : next_slot - 1;
     };
-#pragma unroll
-    for (int i = 0; i < kHiddenRing; ++i) {  // anti-diagonals t_top .. t_top - 7
-      const int d = t_top - i, c = d - lane;
-      ring[(kChunkSteps - 1 - i) & (kHiddenRing - 1)] =
-          row_ok && c >= 0 && c < n ? __ldg(hidden + int64_t(d % n) * rows_here) : A(0);
-    }
 
     // H of the row above the band on a chunk's columns 32q + l: this chunk's
     // (up: column c, diag: column c - 1) and the next chunk's, loaded ahead.
@@ -462,10 +473,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
         if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
           below_next = Edge::Words::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * Edge::kWords);
       }
-      const A h = ring[x & (kHiddenRing - 1)];
-      const A left = ring[(x - 1) & (kHiddenRing - 1)];
-      const A up_lane = __shfl_up_sync(kFullMask, left, 1);
-      const A diag_lane = __shfl_up_sync(kFullMask, ring[(x - 2) & (kHiddenRing - 1)], 1);
+      const int l_up = lane > 0 ? lane - 1 : 0;  // the row above's lane (lane 0: the edge)
+      const A h = ring(x, lane);
+      const A left = ring(x - 1, lane);
+      const A up_lane = ring(x - 1, l_up);
+      const A diag_lane = ring(x - 2, l_up);
       const A up_edge = __shfl_sync(kFullMask, above_up, x);
       const A diag_edge = __shfl_sync(kFullMask, above_diag, x);
       const A up = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
@@ -523,6 +535,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
         for (int j = kUnrolled - 1; j >= 0; --j) {
           const int x = x0 + j;
           const int t = t0 + x;
+          // Steps t, t - 1, t - 2 of the ring (copied 8, 7, 6 steps ago) and
+          // the chunk's scores (staged a chunk before) have landed, for every
+          // lane: the 5 groups since may still be in flight.
+          copy_async_wait<kHiddenRing - 3>();
+          __syncwarp();
           if (!kChecked || t < steps) {
             const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
             const int c = t - lane;
@@ -537,16 +554,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       stage_parallelogram<T, 1>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
                                 a.scores, a.scores_end, lane);
     };
+    // The first two chunks' scores, then the ring's first 8 anti-diagonals
+    // (t_top .. t_top - 7): groups complete in order, so a step's wait for
+    // its ring slots covers its chunk's scores too.
     stage_chunk(chunks - 1);
     if (chunks > 1) stage_chunk(chunks - 2);
-    else copy_async_commit();
+#pragma unroll
+    for (int i = 0; i < kHiddenRing; ++i) {
+      const int d = t_top - i, c = d - lane;
+      copy_ring(kChunkSteps - 1 - i, d % n, row_ok && c >= 0 && c < n);
+    }
     for (int q = chunks - 1; q >= 0; --q) {
       const int t0 = q * kChunkSteps;
       above_up = next_up;
       above_diag = next_diag;
       load_above(q - 1);
-      copy_async_wait<1>();  // chunk q has landed (q - 1 may still be in flight)
-      __syncwarp();
       // Unchecked: every cell of every lane inside the pair, also the
       // anti-diagonals 8 steps below (loaded in the chunk) for every lane.
       const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 + kHiddenRing &&
@@ -559,8 +581,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
                           lane);
       __syncwarp();  // the slot is free again
       if (q >= 2) stage_chunk(q - 2);
-      else copy_async_commit();  // an empty group keeps the count of wait<1>
     }
+    copy_async_wait<0>();  // the ring's last (empty) copies, before the next band's
+    __syncwarp();
   }
 }
 
@@ -618,10 +641,10 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
           if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
             if (k.soft_reduction)
               return launch_persistent<backward_staged<T, A, false, true, gap_tensor()>>(
-                  k, s, "backward_staged", staging_smem_bytes<T, 1>());
+                  k, s, "backward_staged", staged_backward_smem_bytes<T, A>());
           }
           return launch_persistent<backward_staged<T, A, hard_c(), false, gap_tensor()>>(
-              k, s, "backward_staged", staging_smem_bytes<T, 1>());
+              k, s, "backward_staged", staged_backward_smem_bytes<T, A>());
         }
       }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
