@@ -37,6 +37,7 @@ struct BackwardKernelArgs {
   T* grad_scores;
   T* grad_gap;  // or nullptr
   Workspace ws;
+  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
@@ -52,8 +53,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
     if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+    const int64_t b = ticket.b;
+    const int64_t band = a.nbands - 1 - ticket.band;  // bottom band first
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     const int64_t pair_offset = b * a.rows * a.cols;
@@ -369,8 +371,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
     if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+    const int64_t b = ticket.b;
+    const int64_t band = a.nbands - 1 - ticket.band;  // bottom band first
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     const int64_t pair_offset = b * a.rows * a.cols;

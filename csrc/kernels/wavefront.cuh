@@ -553,6 +553,28 @@ __device__ __forceinline__ void wait_for(const int* flag, int target) {
   while (load_acquire(flag) < target) __nanosleep(64);
 }
 
+// A ticket's pair and band. Tickets give a pair's bands out in rounds of
+// `round` bands (round <= 0 or >= nbands: all of them at once): round r holds
+// bands r * round .. of every pair, pair after pair. A band waits for the one
+// before it (a lag of a few dozen steps a band), so when all of a pair's bands
+// start together the last waits nbands - 1 lags; with rounds sized to the
+// resident warps (band_round_for), a warp that finishes a band takes one of
+// the next round, whose band before it has long been running. Every band's
+// predecessor has an earlier ticket either way, so the warps holding tickets
+// never wait on a band that no warp holds.
+struct BandUnit {
+  int64_t b, band;
+};
+__device__ __forceinline__ BandUnit band_of_ticket(long long unit, int64_t batch, int64_t nbands,
+                                                   int64_t round) {
+  if (round <= 0 || round >= nbands) return {unit / nbands, unit % nbands};
+  const int64_t per_round = batch * round;
+  const int64_t r = unit / per_round;
+  const int64_t width = min(round, nbands - r * round);  // the last round may be narrower
+  const int64_t within = unit - r * per_round;
+  return {within / width, r * round + within % width};
+}
+
 // The next unit for this warp, in ticket order; the same for all lanes.
 __device__ __forceinline__ long long next_unit(unsigned long long* ticket) {
   unsigned long long u = 0;
@@ -695,6 +717,20 @@ inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm, size_t s
   return static_cast<int>(needed < resident ? needed : resident);
 }
 
+// Bands a pair per round of tickets (band_of_ticket) for `warps` resident
+// warps: as many as give every pair's round a warp (at least 1, at most all
+// of them). SOFTSW_BAND_ROUNDS=0 gives every pair's bands in one round (for
+// benchmarks of the choice).
+inline int64_t band_round_for(int64_t batch, int64_t nbands, int64_t warps) {
+  static const bool off = [] {
+    const char* e = std::getenv("SOFTSW_BAND_ROUNDS");
+    return e && e[0] == '0' && e[1] == 0;
+  }();
+  if (off || batch <= 0) return 0;
+  const int64_t round = warps / batch;
+  return round < 1 ? 1 : round >= nbands ? 0 : round;
+}
+
 // Launch a persistent wavefront kernel over the args.batch * args.nbands
 // units on `stream`. Each instantiation caches its own residency.
 // `smem` bytes of dynamic shared memory per block (the same on every call of
@@ -709,7 +745,13 @@ inline void launch_persistent(const Args& args, cudaStream_t stream, const char*
   if (!smem_ok) check_launch(name);
   const int blocks = persistent_blocks(Kernel, args.batch * args.nbands, per_sm, smem);
   if (blocks == 0) return;
-  Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(args);
+  if constexpr (requires { args.band_round; }) {
+    Args launched = args;
+    launched.band_round = band_round_for(args.batch, args.nbands, int64_t(blocks) * kWarpsPerBlock);
+    Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(launched);
+  } else {
+    Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(args);
+  }
   check_launch(name);
 }
 
