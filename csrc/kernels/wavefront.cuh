@@ -452,13 +452,16 @@ struct TaggedWords {
   }
   // `column`'s words at `slot`: these if they were published when loaded,
   // else polled until they are.
+  // An early load that missed is loaded again at once (no sleep before the
+  // first reload: a missing early load is often not a late band but no early
+  // load at all).
   __device__ TaggedWords settle(const unsigned long long* slot, int column) const {
-    TaggedWords w = *this;
-    while (!w.ready(column)) {
+    if (ready(column)) return *this;
+    for (;;) {
+      const TaggedWords w = load(slot);
+      if (w.ready(column)) return w;
       __nanosleep(32);
-      w = load(slot);
     }
-    return w;
   }
   __device__ uint32_t bits(int k) const { return static_cast<uint32_t>(word[k]); }
 };
@@ -488,23 +491,9 @@ struct TaggedEdge {
     memcpy(&value, bits, sizeof(A));
     return value;
   }
-  // Polled from the start, word by word.
+  // Polled from the start.
   __device__ static A get(const unsigned long long* slot, int column) {
-    const unsigned long long tag = static_cast<unsigned long long>(column + 1);
-    uint32_t bits[kWords];
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      unsigned long long word;
-      for (;;) {
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(slot + w) : "memory");
-        if ((word >> 32) == tag) break;
-        __nanosleep(32);
-      }
-      bits[w] = static_cast<uint32_t>(word);
-    }
-    A value;
-    memcpy(&value, bits, sizeof(A));
-    return value;
+    return get(slot, column, Words{});
   }
 };
 
