@@ -240,13 +240,15 @@ ForwardState state_of(const Problem& p, const Tensor& scores, const Tensor& hidd
   return s;
 }
 
-Tensor checked_per_pair(const Tensor& t, const Problem& p, const Tensor& scores,
-                        const char* what) {
+// Read in place through its stride: the ones autograd hands the backward of
+// a sum are one value expanded (stride 0), and a copy would be a kernel
+// launch on every training step.
+Tensor checked_grad_score(const Tensor& t, const Problem& p, const Tensor& scores) {
   STD_TORCH_CHECK(t.dim() == 1 && t.size(0) == p.batch &&
                       t.scalar_type() == scores.scalar_type(),
-                  "softsw: `", what, "` must have shape (B,) and the dtype of `scores`");
-  check_same_device(t, scores, what);
-  return as_contiguous(t);
+                  "softsw: `grad_score` must have shape (B,) and the dtype of `scores`");
+  check_same_device(t, scores, "grad_score");
+  return t;
 }
 
 Tensor checked_like_scores(const Tensor& t, const Problem& p, const Tensor& scores,
@@ -272,7 +274,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(
   ProblemArgs args = make_problem(scores, gap_open, gap_extend, gap_open_value,
                                   gap_extend_value, affine, temperature, lengths, reduction);
   const Problem& p = args.problem;
-  Tensor grad = checked_per_pair(grad_score, p, scores, "grad_score");
+  Tensor grad = checked_grad_score(grad_score, p, scores);
 
   Tensor grad_scores = new_tensor(scores, {p.batch, p.rows, p.cols}, scores.scalar_type());
   Tensor grad_open = empty_unless(gap_open.has_value(), scores, p);
@@ -280,6 +282,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(
 
   BackwardArgs b;
   b.grad_score = grad.data_ptr();
+  b.grad_score_stride = grad.stride(0);
   b.state = state_of(p, scores, hidden, argmax, total);
   b.grad_scores = grad_scores.data_ptr();
   b.grad_gap_open = gap_open.has_value() ? grad_open.data_ptr() : nullptr;
@@ -305,7 +308,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> double_backward(
   ProblemArgs args = make_problem(scores, gap_open, gap_extend, gap_open_value,
                                   gap_extend_value, affine, temperature, lengths, reduction);
   const Problem& p = args.problem;
-  Tensor grad = checked_per_pair(grad_score, p, scores, "grad_score");
+  Tensor grad = checked_grad_score(grad_score, p, scores);
   std::optional<Tensor> w_s, w_o, w_e;
   if (dir_scores) w_s = checked_like_scores(*dir_scores, p, scores, "grad_grad_scores");
   if (dir_gap_open) w_o = checked_like_scores(*dir_gap_open, p, scores, "grad_grad_gap_open");
@@ -319,6 +322,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> double_backward(
 
   DoubleBackwardArgs d;
   d.grad_score = grad.data_ptr();
+  d.grad_score_stride = grad.stride(0);
   d.dir_scores = w_s ? w_s->data_ptr() : nullptr;
   d.dir_gap_open = w_o ? w_o->data_ptr() : nullptr;
   d.dir_gap_extend = w_e ? w_e->data_ptr() : nullptr;

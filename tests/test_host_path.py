@@ -72,6 +72,30 @@ def test_one_op_call_per_pass_and_modes_see_them(device, gen):
     assert log.calls == ["forward", "backward"]
 
 
+class AtenLog(TorchDispatchMode):
+    """Records the name of every op dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append(func._opname)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_step_copies_nothing(device, gen):
+    """The backward of sum(score) hands the op one value expanded: it is read in
+    place, not copied (a copy is a kernel launch on every training step)."""
+    Sg = randn(gen, 3, 5, 6, device=device).requires_grad_(True)
+    score = softsw.align(Sg, -1.0, 1.0)
+    with AtenLog() as log:
+        torch.autograd.grad(score.sum(), Sg)
+    assert "backward" in log.calls
+    assert not {"clone", "copy_", "contiguous"} & set(log.calls), log.calls
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_create_graph_still_records_the_double_backward(device, gen):
     S = randn(gen, 2, 6, 5, device=device, dtype=torch.float64).requires_grad_(True)
@@ -86,6 +110,55 @@ def test_create_graph_still_records_the_double_backward(device, gen):
     up = torch.autograd.grad(softsw.align(S + eps * w, -0.5, 0.9).sum(), S)[0]
     down = torch.autograd.grad(softsw.align(S - eps * w, -0.5, 0.9).sum(), S)[0]
     torch.testing.assert_close(hvp, (up - down) / (2 * eps), rtol=1e-5, atol=1e-6)
+
+
+def grad_score_layouts(gen, B, device, dtype):
+    """One grad_score in three layouts: contiguous, every other element of a
+    longer tensor (stride 2), and one value expanded (stride 0, as the
+    backward of a sum hands it)."""
+    g = 0.5 + torch.rand(B, generator=gen, dtype=torch.float64).to(device, dtype)
+    spaced = torch.zeros(2 * B, device=device, dtype=dtype)
+    spaced[::2] = g
+    one = g[:1].expand(B)
+    return [(g, g), (spaced[::2], g), (one, one.contiguous())]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_grad_score_read_through_its_stride(device, gen, affine, temperature):
+    """softsw::backward and softsw::double_backward read grad_score in place
+    (no copy on a training step): any stride gives the contiguous result."""
+    B, M, N = 5, 9, 7
+    dtype = torch.float64
+    S = randn(gen, B, M, N, device=device, dtype=dtype)
+    go = randn(gen, B, M, N, device=device, dtype=dtype) - 1.0  # a gap tensor: its gradient too
+    W = randn(gen, B, M, N, device=device, dtype=dtype)
+    extend = -0.3 if affine else -1.0
+    problem = (S, go, None, -1.0, extend, affine, temperature, None, 1)
+    _, hidden, argmax, total = torch.ops.softsw.forward(*problem, True)
+    for strided, dense in grad_score_layouts(gen, B, device, dtype):
+        assert strided.stride(0) != 1 or strided.data_ptr() == dense.data_ptr()
+        got = torch.ops.softsw.backward(strided, *problem, hidden, argmax, total)
+        want = torch.ops.softsw.backward(dense, *problem, hidden, argmax, total)
+        for x, y in zip(got, want):
+            assert torch.equal(x, y)
+        got = torch.ops.softsw.double_backward(W, None, None, strided, *problem, hidden, argmax,
+                                               total)
+        want = torch.ops.softsw.double_backward(W, None, None, dense, *problem, hidden, argmax,
+                                                total)
+        for x, y in zip(got, want):
+            assert torch.equal(x, y)
+    # And the values are the ones the contiguous layout always gave: the
+    # gradient of sum(g * score), against autograd's own (dense) route.
+    g = grad_score_layouts(gen, B, device, dtype)[0][0]
+    Sg = S.clone().requires_grad_(True)
+    score = softsw.align(Sg, go, temperature, gap_extend=extend if affine else None,
+                         reduction="soft")
+    (want,) = torch.autograd.grad((score * g).sum(), Sg)
+    got = torch.ops.softsw.backward(g, Sg.detach(), go, None, -1.0, extend, affine, temperature,
+                                    None, 1, hidden, argmax, total)[0]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -52,6 +52,7 @@ struct AffineBackwardArgs {
   A scale;
   bool soft_reduction;
   const T* grad_score;
+  int64_t grad_score_stride;  // BackwardArgs has it
   const A* hidden;
   const int64_t* argmax;
   const A* total;
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const A* hid = a.hidden + b * 3 * plane;
     const A* hidden = hid + top * n;  // C plane of this band; U at + plane, L at + 2 * plane
     const A* hidden_above = hid + (top - kBandRows) * n;  // the band above (full height)
-    const A g_out = load_as<A>(a.grad_score + b);
+    const A g_out = load_as<A>(a.grad_score + b * a.grad_score_stride);
     const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     // Tangent planes of this band and of the band above (plane p at + p * plane).
     const A* hdot = kTangent ? a.hdot + b * 5 * plane + top * n : nullptr;
@@ -513,7 +514,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // The arguments both reverse passes share (TAN fields left at their defaults).
 template <typename T, typename A>
 AffineBackwardArgs<T, A> reverse_args(const Problem& p, const ForwardState& state,
-                                      const void* grad_score, const Workspace& ws) {
+                                      const void* grad_score, int64_t grad_score_stride,
+                                      const Workspace& ws) {
   const A scale = A(kernel_scale(p));
   AffineBackwardArgs<T, A> k;
   k.batch = p.batch;
@@ -527,6 +529,7 @@ AffineBackwardArgs<T, A> reverse_args(const Problem& p, const ForwardState& stat
   k.scale = scale;
   k.soft_reduction = p.reduction == Reduction::Soft;
   k.grad_score = static_cast<const T*>(grad_score);
+  k.grad_score_stride = grad_score_stride;
   k.hidden = static_cast<const A*>(state.hidden);
   k.argmax = state.argmax;
   k.total = static_cast<const A*>(state.total);
@@ -560,7 +563,8 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score, ws);
+    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score,
+                                                               args.grad_score_stride, ws);
     k.grad_scores = static_cast<T*>(args.grad_scores);
     k.grad_open = static_cast<T*>(args.grad_gap_open);
     k.grad_extend = static_cast<T*>(args.grad_gap_extend);
@@ -592,7 +596,8 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score, dws.ws);
+    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score,
+                                                               args.grad_score_stride, dws.ws);
     k.grad_scores = static_cast<T*>(args.hvp_scores);
     k.grad_open = static_cast<T*>(args.hvp_gap_open);
     k.grad_extend = static_cast<T*>(args.hvp_gap_extend);

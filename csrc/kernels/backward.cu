@@ -31,6 +31,7 @@ struct BackwardKernelArgs {
   bool soft_reduction;
   bool vector_ok;
   const T* grad_score;
+  int64_t grad_score_stride;  // BackwardArgs has it
   const A* hidden;
   const int64_t* argmax;
   const A* total;
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     unsigned long long* edge_above = edges + unit_id * a.cols * Edge::kWords;
     const A* hidden = a.hidden + pair_offset + int64_t(top) * n;
     const A* hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n;
-    const A g_out = load_as<A>(a.grad_score + b);
+    const A g_out = load_as<A>(a.grad_score + b * a.grad_score_stride);
     const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     const int64_t target = a.argmax[b];
     const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
     const A* const hidden = a.hidden + pair_offset + int64_t(top) * n + lane;
     // The band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
     const A* const hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n + kBandRows - 1;
-    const A g_out = load_as<A>(a.grad_score + b);
+    const A g_out = load_as<A>(a.grad_score + b * a.grad_score_stride);
     const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     const int64_t target = a.argmax[b];
     const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
@@ -632,6 +633,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     k.soft_reduction = p.reduction == Reduction::Soft;
     k.vector_ok = vector_access_ok(p, p.scores) && vector_access_ok(p, args.grad_scores);
     k.grad_score = static_cast<const T*>(args.grad_score);
+    k.grad_score_stride = args.grad_score_stride;
     k.hidden = static_cast<const A*>(args.state.hidden);
     k.argmax = args.state.argmax;
     k.total = static_cast<const A*>(args.state.total);

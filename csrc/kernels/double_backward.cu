@@ -45,6 +45,7 @@ struct DoubleBackwardKernelArgs {
   A inv_t;      // 1 / T in caller units (0 when hard)
   bool soft_reduction;
   const T* grad_score;
+  int64_t grad_score_stride;  // DoubleBackwardArgs has it
   const T* dir_scores;  // W, or nullptr (zero)
   const T* dir_gap;     // Wg, or nullptr (zero)
   const A* hidden;
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
     const A* hdot = a.hdot + pair_offset + top * n;
     const A* hdot_above = a.hdot + pair_offset + (top - kBandRows) * n;
-    const A g_out = load_as<A>(a.grad_score + b);
+    const A g_out = load_as<A>(a.grad_score + b * a.grad_score_stride);
     const PairTotal<A> total = PairTotal<A>::load(a.total, b);
     const int64_t target = a.argmax[b];
     const A sdot = soft_reduction ? a.sdot[b] : A(0);
@@ -352,6 +353,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     k.inv_t = A(hard ? 0.0 : 1.0 / p.temperature);
     k.soft_reduction = p.reduction == Reduction::Soft;
     k.grad_score = static_cast<const T*>(args.grad_score);
+    k.grad_score_stride = args.grad_score_stride;
     k.dir_scores = static_cast<const T*>(args.dir_scores);
     k.dir_gap = static_cast<const T*>(args.dir_gap_open);
     k.hidden = static_cast<const A*>(args.state.hidden);

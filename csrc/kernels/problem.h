@@ -83,6 +83,8 @@ struct ForwardState {
 
 struct BackwardArgs {
   const void* grad_score = nullptr;  // (B,) of Dtype: d loss / d score
+  int64_t grad_score_stride = 1;     // elements between two pairs' grad_score (0: one
+                                     // value for all, as autograd's expanded ones of a sum)
   ForwardState state;
   void* grad_scores = nullptr;       // (B, M, N) of Dtype, every element written
   void* grad_gap_open = nullptr;     // (B, M, N) of Dtype, or nullptr when not wanted
@@ -98,6 +100,7 @@ struct BackwardArgs {
 // adjoint and its tangent together.
 struct DoubleBackwardArgs {
   const void* grad_score = nullptr;      // (B,) of Dtype
+  int64_t grad_score_stride = 1;         // as BackwardArgs has it
   const void* dir_scores = nullptr;      // (B, M, N) of Dtype, contiguous, or nullptr (zero)
   const void* dir_gap_open = nullptr;    // (B, M, N) of Dtype, contiguous, or nullptr (zero)
   const void* dir_gap_extend = nullptr;  // likewise

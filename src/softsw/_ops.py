@@ -145,7 +145,7 @@ def backward_of_forward(ctx, grad_score, backward_op=None):
         backward_op = (torch.ops.softsw.backward if torch.is_grad_enabled()
                        else backward_without_autograd)
     grad_scores, grad_open, grad_extend = backward_op(
-        grad_score.contiguous(), scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
+        grad_score, scores, gap_open, gap_extend, gap_open_value, gap_extend_value,
         affine, temperature, lengths, reduction, hidden, argmax, total)
     return (grad_scores,
             grad_open if gap_open is not None else None,

@@ -47,7 +47,7 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
   seed.soft = su.soft_reduction;
   seed.total = PairTotal<A>::load(static_cast<const A*>(args.state.total), b).value();
   if (seed.soft) seed.scale = seed_scale(hid, su.N, m, n, seed.total);
-  const A gs = ld(static_cast<const T*>(args.grad_score), b);
+  const A gs = ld(static_cast<const T*>(args.grad_score), b * args.grad_score_stride);
   if (!p.affine) {
     if (su.hard)
       reverse_linear<T, true, false>(pv, mr, nr, hid, nullptr, nullptr, nullptr, seed, gs, oS, oO, sc);
@@ -73,6 +73,7 @@ void backward_one(const Setup<T>& su, const BackwardArgs& args, int64_t b, Scrat
 // the cells the groups will visit.
 template <typename T>
 void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_score,
+                 int64_t grad_score_stride,
                  std::vector<simd::ReversePairOf<Acc<T>>>& pairs, std::vector<int64_t>& singles,
                  double& work) {
   using A = Acc<T>;
@@ -89,7 +90,7 @@ void group_pairs(const Setup<T>& su, const ForwardState& state, const T* grad_sc
       continue;
     }
     pairs.push_back(simd::ReversePairOf<A>{b, mr, nr, PairTotal<A>::load(total, b).value(), A(1),
-                                           ld(grad_score, b)});
+                                           ld(grad_score, b * grad_score_stride)});
     work += double(mr) * nr * su.planes;
   }
   if (p.affine && !pairs.empty()) {
@@ -175,7 +176,8 @@ bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
   std::vector<simd::ReversePairOf<A>> pairs;
   std::vector<int64_t> singles;
   double work = 0;
-  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), args.grad_score_stride,
+              pairs, singles, work);
   const int64_t P = static_cast<int64_t>(pairs.size());
   const int64_t groups = group_count(P, work);
   const bool soft = su.soft_reduction;
@@ -276,7 +278,7 @@ void double_backward_one(const Setup<T>& su, const DoubleBackwardArgs& args, int
     return;
   }
   const PairView<T> pv = su.pair(b);
-  const A gs = ld(static_cast<const T*>(args.grad_score), b);
+  const A gs = ld(static_cast<const T*>(args.grad_score), b * args.grad_score_stride);
   Seed<A> seed;
   seed.soft = su.soft_reduction;
   seed.total = PairTotal<A>::load(static_cast<const A*>(args.state.total), b).value();
@@ -340,7 +342,8 @@ bool double_backward_vector(const Setup<T>& su, const DoubleBackwardArgs& args) 
   std::vector<simd::ReversePairOf<A>> pairs;
   std::vector<int64_t> singles;
   double work = 0;
-  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), pairs, singles, work);
+  group_pairs(su, args.state, static_cast<const T*>(args.grad_score), args.grad_score_stride,
+              pairs, singles, work);
   const A* hidden = static_cast<const A*>(args.state.hidden);
   work *= 2;  // a tangent and a reverse pass
   const int64_t P = static_cast<int64_t>(pairs.size());
