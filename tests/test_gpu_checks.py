@@ -183,6 +183,14 @@ def run_inference(S, go, ge, T, lengths, reduction, dtype):
                             lengths=None if lengths is None else lengths.to(DEVICE))
 
 
+def close(actual, expected, dtype, tol) -> bool:
+    try:
+        assert_close(actual, expected, dtype, tol=tol)
+    except AssertionError:
+        return False
+    return True
+
+
 def affine_case(gen, B, M, N, T, reduction, gaps, kinds, use_lengths, nan_padding):
     S = randn(gen, B, M, N)
     go = make_gap(gen, kinds[0], gaps[0], B, M, N)
@@ -211,9 +219,23 @@ def affine_case(gen, B, M, N, T, reduction, gaps, kinds, use_lengths, nan_paddin
             scale = ref[torch.isfinite(ref)].abs().max().item() if bool(
                 torch.isfinite(ref).any()) else 0.0
             assert_close(out, ref, dtype, "score", tol=score_tol(dtype, M, N))
-            for name, g, r in zip(["d/d scores", "d/d gap_open", "d/d gap_extend"], grads,
-                                  ref_grads):
-                assert_close(g, r, dtype, name, tol=grad_tol(dtype, M, N, T, scale))
+            tol = grad_tol(dtype, M, N, T, scale)
+            for k, name in enumerate(["d/d scores", "d/d gap_open", "d/d gap_extend"]):
+                if k >= len(grads):
+                    break
+                if reduction == "max" and dtype != torch.float64 and not close(
+                        grads[k], ref_grads[k], dtype, tol):
+                    # Under "max" the gradient is that of one best cell, and two cells within
+                    # rounding of each other may swap in float32 (seen: SOFTSW_TEST_SEED=
+                    # 3757319228, (2, 64, 64), T 1, gaps (-1, -1), kinds ()/BMN). Such a near
+                    # tie swaps in the CPU kernel's float32 too, and the device then matches
+                    # the CPU kernel in float32 instead of the float64 reference.
+                    same = run(S_d, go_d, ge_d, T, lengths, reduction, w, "cpu", dtype)[1][k]
+                    assert not close(same, ref_grads[k], dtype, tol), \
+                        f"{dtype}: {name} differs from float64 where the CPU kernel's does not"
+                    assert_close(grads[k], same, dtype, f"{name} (a near tie)", tol=tol)
+                else:
+                    assert_close(grads[k], ref_grads[k], dtype, name, tol=tol)
         inference = run_inference(S_d, go_d, ge_d, T, lengths, reduction, dtype)
         # At T > 0 an inference forward may run in the probability domain (other
         # arithmetic, closer to float64): equal to rounding; max-plus exactly.
