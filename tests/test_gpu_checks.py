@@ -104,6 +104,30 @@ def test_linear_lengths_and_float32_vs_reference(gen, case):
     compare_with_reference(gen, S, -1.0, T, lengths=lengths, reduction=reduction)
 
 
+def close(actual, expected, dtype, tol) -> bool:
+    try:
+        assert_close(actual, expected, dtype, tol=tol)
+    except AssertionError:
+        return False
+    return True
+
+
+def assert_grad_close(actual, reference, same_dtype, dtype, what, tol, reduction):
+    """A gradient against the float64 `reference`. Under "max" it is the gradient of one best
+    cell, and two cells within rounding of each other may swap in float32 (seen:
+    SOFTSW_TEST_SEED=3757319228, test_affine_vs_cpu_kernel (2, 64, 64), T 1, gaps (-1, -1),
+    kinds ()/BMN: the CPU kernel in float32 differs from float64 by 0.89 there). So in float32
+    and 16 a miss passes only where the CPU kernel in the same dtype (`same_dtype()`, computed
+    then) misses the reference too, and the device matches that one."""
+    if reduction != "max" or dtype == torch.float64 or close(actual, reference, dtype, tol):
+        assert_close(actual, reference, dtype, what, tol=tol)
+        return
+    same = same_dtype()
+    assert not close(same, reference, dtype, tol), \
+        f"{dtype}: {what} differs from float64 where the CPU kernel's does not"
+    assert_close(actual, same, dtype, f"{what} (a near tie)", tol=tol)
+
+
 BAND_SHAPES = [(2, 300, 260, False), (1, 520, 300, False), (2, 257, 263, False),
                (3, 400, 300, True), (1, 129, 1024, False)]
 
@@ -133,8 +157,11 @@ def test_linear_bands_vs_cpu_kernel(gen, shape, T, reduction):
                 return
             ref_s, ref_a = softsw.alignment(Sd, -0.7, T, reduction=reduction, lengths=lengths)
             assert_close(out_s, ref_s, dtype, "score", tol=score_tol(dtype, M, N))
-            assert_close(out_a, ref_a, dtype, "expected alignment",
-                         tol=grad_tol(dtype, M, N, T, ref_s.abs().max().item()))
+            assert_grad_close(out_a, ref_a,
+                              lambda: softsw.alignment(Sd.to(dtype), -0.7, T, reduction=reduction,
+                                                       lengths=lengths)[1],
+                              dtype, "expected alignment",
+                              grad_tol(dtype, M, N, T, ref_s.abs().max().item()), reduction)
 
         cases.check(f"{dtype}", check)
     cases.done()
@@ -183,14 +210,6 @@ def run_inference(S, go, ge, T, lengths, reduction, dtype):
                             lengths=None if lengths is None else lengths.to(DEVICE))
 
 
-def close(actual, expected, dtype, tol) -> bool:
-    try:
-        assert_close(actual, expected, dtype, tol=tol)
-    except AssertionError:
-        return False
-    return True
-
-
 def affine_case(gen, B, M, N, T, reduction, gaps, kinds, use_lengths, nan_padding):
     S = randn(gen, B, M, N)
     go = make_gap(gen, kinds[0], gaps[0], B, M, N)
@@ -220,22 +239,11 @@ def affine_case(gen, B, M, N, T, reduction, gaps, kinds, use_lengths, nan_paddin
                 torch.isfinite(ref).any()) else 0.0
             assert_close(out, ref, dtype, "score", tol=score_tol(dtype, M, N))
             tol = grad_tol(dtype, M, N, T, scale)
-            for k, name in enumerate(["d/d scores", "d/d gap_open", "d/d gap_extend"]):
-                if k >= len(grads):
-                    break
-                if reduction == "max" and dtype != torch.float64 and not close(
-                        grads[k], ref_grads[k], dtype, tol):
-                    # Under "max" the gradient is that of one best cell, and two cells within
-                    # rounding of each other may swap in float32 (seen: SOFTSW_TEST_SEED=
-                    # 3757319228, (2, 64, 64), T 1, gaps (-1, -1), kinds ()/BMN). Such a near
-                    # tie swaps in the CPU kernel's float32 too, and the device then matches
-                    # the CPU kernel in float32 instead of the float64 reference.
-                    same = run(S_d, go_d, ge_d, T, lengths, reduction, w, "cpu", dtype)[1][k]
-                    assert not close(same, ref_grads[k], dtype, tol), \
-                        f"{dtype}: {name} differs from float64 where the CPU kernel's does not"
-                    assert_close(grads[k], same, dtype, f"{name} (a near tie)", tol=tol)
-                else:
-                    assert_close(grads[k], ref_grads[k], dtype, name, tol=tol)
+            for k, (name, g, r) in enumerate(zip(["d/d scores", "d/d gap_open", "d/d gap_extend"],
+                                                 grads, ref_grads)):
+                assert_grad_close(g, r, lambda k=k: run(S_d, go_d, ge_d, T, lengths, reduction, w,
+                                                        "cpu", dtype)[1][k],
+                                  dtype, name, tol, reduction)
         inference = run_inference(S_d, go_d, ge_d, T, lengths, reduction, dtype)
         # At T > 0 an inference forward may run in the probability domain (other
         # arithmetic, closer to float64): equal to rounding; max-plus exactly.
