@@ -451,10 +451,9 @@ struct TaggedWords {
     return ok;
   }
   // `column`'s words at `slot`: these if they were published when loaded,
-  // else polled until they are.
-  // An early load that missed is loaded again at once (no sleep before the
-  // first reload: a missing early load is often not a late band but no early
-  // load at all).
+  // else polled until they are. A miss is loaded again at once, with no sleep
+  // before the first reload: a miss is often no early load at all, not a late
+  // band.
   __device__ TaggedWords settle(const unsigned long long* slot, int column) const {
     if (ready(column)) return *this;
     for (;;) {

@@ -141,12 +141,6 @@ void set_seed_scales(const Setup<T>& su, const Acc<T>* hidden, simd::ReversePair
 }
 #endif
 
-// The SIMD backward, soft (T > 0), float and double accumulate: linear gaps
-// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
-// inside the range rule of probability.h (their state: float, checkpoints;
-// float64, the C, U, L planes; alone in a group or not); the other pairs on
-// the scalar passes. False when it does not apply (then the scalar passes
-// run).
 // The SIMD passes' work as items of one parallel_for: `groups` groups of the
 // P grouped pairs (group g: pairs [g P / groups, (g + 1) P / groups), given to
 // `group` as lo, hi) and the pairs left to the scalar passes (`single`).
@@ -160,6 +154,12 @@ void for_groups_and_singles(int64_t P, int64_t groups, const std::vector<int64_t
   });
 }
 
+// The SIMD backward, soft (T > 0), float and double accumulate: linear gaps
+// (reverse_simd.h) every pair, affine gaps (reverse_affine_simd.h) the pairs
+// inside the range rule of probability.h (their state: float, checkpoints;
+// float64, the C, U, L planes; alone in a group or not); the other pairs on
+// the scalar passes. False when it does not apply (then the scalar passes
+// run).
 template <typename T>
 bool backward_vector(const Setup<T>& su, const BackwardArgs& args) {
 #if SOFTSW_CPU_VECTOR
