@@ -336,6 +336,32 @@ struct AffineCell {
     }
     return w;
   }
+
+  // The weights divided by their sum (soft), as LinearCell::normalized_weights
+  // and for the same reason: they sum to 1 even where h lost the
+  // log2(1 + ...) term to rounding. A gap node's sum has no start weight; with
+  // no path (both weights 0) it stays 0. Scalar (reciprocal_acc).
+  SOFTSW_HD static GapWeights<A> normalized_gap_weights(A h, A vo, A ve) {
+    GapWeights<A> w = gap_weights(h, vo, ve);
+    if constexpr (!HARD) {
+      const A z = w.open + w.extend;
+      if (z > A(0)) {
+        const A inv = reciprocal_acc(z);
+        w.open *= inv;
+        w.extend *= inv;
+      }
+    }
+    return w;
+  }
+  SOFTSW_HD static PrimeWeights<A> normalized_prime_weights(A h, A x, A y) {
+    PrimeWeights<A> w = prime_weights(h, x, y);
+    if constexpr (!HARD) {
+      const A inv = reciprocal_acc(Math::exp2(-h) + w.p1 + w.p2);
+      w.p1 *= inv;
+      w.p2 *= inv;
+    }
+    return w;
+  }
 };
 
 }  // namespace softsw

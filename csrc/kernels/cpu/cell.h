@@ -19,40 +19,16 @@ struct CpuMath : AccMath {
   static double log2(double x) { return std::log2(x); }
 };
 
-// The backward passes use normalised soft weights (see "Weights" in
-// drivers.cpp): LinearCell::normalized_weights, and for the affine nodes the
-// same normalisation below.
+// The backward passes use the normalised soft weights of recurrence.h
+// (LinearCell::normalized_weights, AffineCell::normalized_gap_weights and
+// normalized_prime_weights).
 template <typename A, bool HARD>
 using CpuLinearCell = LinearCell<A, HARD, CpuMath>;
 
 template <typename A>
 using CpuSoftTotal = SoftTotal<A, CpuMath>;
 
-// AffineCell of recurrence.h on CpuMath, its soft weights normalised.
 template <typename A, bool HARD>
-struct CpuAffineCell : AffineCell<A, HARD, CpuMath> {
-  using Base = AffineCell<A, HARD, CpuMath>;
-  static GapWeights<A> gap_weights(A h, A vo, A ve) {
-    GapWeights<A> w = Base::gap_weights(h, vo, ve);
-    if constexpr (!HARD) {
-      const A z = w.open + w.extend;
-      if (z > A(0)) {
-        const A r = A(1) / z;
-        w.open *= r;
-        w.extend *= r;
-      }
-    }
-    return w;
-  }
-  static PrimeWeights<A> prime_weights(A h, A x, A y) {
-    PrimeWeights<A> w = Base::prime_weights(h, x, y);
-    if constexpr (!HARD) {
-      const A r = A(1) / (CpuMath::exp2(-h) + w.p1 + w.p2);
-      w.p1 *= r;
-      w.p2 *= r;
-    }
-    return w;
-  }
-};
+using CpuAffineCell = AffineCell<A, HARD, CpuMath>;
 
 }  // namespace softsw::cpu

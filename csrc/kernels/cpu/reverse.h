@@ -232,10 +232,10 @@ AffineWeights<Acc<T>> affine_weights(const PairView<T>& pv, const AffineHidden<T
   const A o = pv.open.at(i, j), e = pv.ext.at(i, j);
   const A D = cur.D[j], U = hv.u(i, j), L = hv.l(i, j);
   w.c = Lin::normalized_weights(hv.c(i, j), D, U, L);
-  w.a = Aff::prime_weights(cur.Ap[j], D, L);
-  w.b = Aff::prime_weights(cur.Bp[j], D, U);
-  w.u = Aff::gap_weights(U, up.Ap[j] + o, hv.u(i - 1, j) + e);
-  w.l = Aff::gap_weights(L, cur.Bp[j - 1] + o, hv.l(i, j - 1) + e);
+  w.a = Aff::normalized_prime_weights(cur.Ap[j], D, L);
+  w.b = Aff::normalized_prime_weights(cur.Bp[j], D, U);
+  w.u = Aff::normalized_gap_weights(U, up.Ap[j] + o, hv.u(i - 1, j) + e);
+  w.l = Aff::normalized_gap_weights(L, cur.Bp[j - 1] + o, hv.l(i, j - 1) + e);
   return w;
 }
 
