@@ -135,3 +135,28 @@ def test_inf_scores_stay_in_their_pair(device, gen, poison, T, reduction, affine
     if poison > 0:
         # A +inf match is an alignment of unbounded score.
         assert out[1].item() == math.inf or math.isnan(out[1].item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,reduction,affine", MODES)
+def test_overflowing_path_stays_in_its_pair(device, gen, T, reduction, affine):
+    """Finite scores whose path sum exceeds the accumulate type's range
+    (docs/semantics.md): that pair scores +inf or NaN, the other pairs get
+    bitwise what they get in a clean batch, and the call repeats bitwise."""
+    B, M, N = 3, 23, 19
+    S = randn(gen, B, M, N, device=device)
+    clean = run(S, T, reduction, affine)
+    big = torch.finfo(S.dtype).max * 0.75  # two of them on a diagonal overflow
+    bad = S.clone()
+    bad[1, 5, 7] = big
+    bad[1, 6, 8] = big
+    runs = [run(bad, T, reduction, affine) for _ in range(2)]
+    out, g = runs[0]
+    assert out[1].item() == math.inf or math.isnan(out[1].item()), out[1].item()
+    for b in (0, 2):
+        assert torch.equal(out[b], clean[0][b]), f"pair {b} score changed"
+        for k, (gk, ck) in enumerate(zip(g, clean[1])):
+            assert torch.equal(gk[b], ck[b]), f"pair {b}: gradient of input {k} changed"
+    torch.testing.assert_close(runs[1][0], out, rtol=0, atol=0, equal_nan=True)
+    for a, b_ in zip(runs[1][1], g):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
