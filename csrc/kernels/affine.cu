@@ -364,11 +364,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A o = a.open.template at<GAP_TENSOR>(b, r, c);
           const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
           const A C = c0[k], U = u0[k], L = l0[k], D = d0[k];
-          const Weights<A> wc = Cell::weights(C, D, U, L);       // p1 = D, p2 = U, p3 = L
-          const PrimeWeights<A> wa = Aff::prime_weights(a0[k], D, L);  // p1 = D, p2 = L
-          const PrimeWeights<A> wb = Aff::prime_weights(b0[k], D, U);  // p1 = D, p2 = U
-          const GapWeights<A> wu = Aff::gap_weights(U, up_a + o, up_u + e);
-          const GapWeights<A> wl = Aff::gap_weights(L, b1[k] + o, l1[k] + e);
+          const Weights<A> wc = Cell::normalized_weights(C, D, U, L);  // p1 = D, p2 = U, p3 = L
+          const PrimeWeights<A> wa = Aff::normalized_prime_weights(a0[k], D, L);  // p1 = D, p2 = L
+          const PrimeWeights<A> wb = Aff::normalized_prime_weights(b0[k], D, U);  // p1 = D, p2 = U
+          const GapWeights<A> wu = Aff::normalized_gap_weights(U, up_a + o, up_u + e);
+          const GapWeights<A> wl = Aff::normalized_gap_weights(L, b1[k] + o, l1[k] + e);
           const A seed = soft_reduction ? total.seed(C)
                                         : (r == mc - 1 && c == nc - 1 ? A(1) : A(0));
           const A EC = seed + (k == R - 1 ? down_d : mDp[k + 1]);

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A h = w0[k];
           const A g = a.gap.at(b, r, c);
           const A s = scaled(load_as<A>(S + e), a.scale);
-          const Weights<A> p = Cell::weights(h, diag + s, up + g, left + g);
+          const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
           const A seed = soft_reduction ? total.seed(h) : (e == target ? A(1) : A(0));
           const A from_below = k == R - 1 ? down : m2[k + 1] + m1p[k + 1];
           const A E = seed + m3[k] + from_below;

@@ -134,11 +134,11 @@ struct AffineTangentRow {
     const A C = Cell::value(D, U, L);
     const A Ap = Aff::prime(D, L);
     const A Bp = Aff::prime(D, U);
-    const Weights<A> wc = Cell::weights(C, D, U, L);
-    const PrimeWeights<A> wa = Aff::prime_weights(Ap, D, L);
-    const PrimeWeights<A> wb = Aff::prime_weights(Bp, D, U);
-    const GapWeights<A> wu = Aff::gap_weights(U, vuo, vue);
-    const GapWeights<A> wl = Aff::gap_weights(L, vlo, vle);
+    const Weights<A> wc = Cell::normalized_weights(C, D, U, L);
+    const PrimeWeights<A> wa = Aff::normalized_prime_weights(Ap, D, L);
+    const PrimeWeights<A> wb = Aff::normalized_prime_weights(Bp, D, U);
+    const GapWeights<A> wu = Aff::normalized_gap_weights(U, vuo, vue);
+    const GapWeights<A> wl = Aff::normalized_gap_weights(L, vlo, vle);
     const A dS = in[0], dO = in[1], dE = in[2];
     const A Dd = diag[kCd] + dS;
     const A Ud = wu.open * (up[kAd] + dO) + wu.extend * (up[kUd] + dE);
@@ -179,7 +179,7 @@ struct LinearTangentRow {
     const A g = a.open.template at<GAP_TENSOR>(b, r, c);
     const A vd = diag[kH] + s, vu = up[kH] + g, vl = st[kH] + g;
     const A H = Cell::value(vd, vu, vl);
-    const Weights<A> p = Cell::weights(H, vd, vu, vl);
+    const Weights<A> p = Cell::normalized_weights(H, vd, vu, vl);
     st[kHd] = p.p1 * (diag[kHd] + in[0]) + p.p2 * (up[kHd] + in[1]) + p.p3 * (st[kHd] + in[1]);
     st[kH] = H;
   }

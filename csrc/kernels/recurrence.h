@@ -340,7 +340,10 @@ struct AffineCell {
   // The weights divided by their sum (soft), as LinearCell::normalized_weights
   // and for the same reason: they sum to 1 even where h lost the
   // log2(1 + ...) term to rounding. A gap node's sum has no start weight; with
-  // no path (both weights 0) it stays 0. Scalar (reciprocal_acc).
+  // no path (both weights 0) it stays 0. Scalar (reciprocal_acc). Every pass
+  // that reads weights from the log-domain state (the backward, tangent and
+  // reverse-tangent passes, CPU and CUDA) takes them from these and
+  // LinearCell::normalized_weights.
   SOFTSW_HD static GapWeights<A> normalized_gap_weights(A h, A vo, A ve) {
     GapWeights<A> w = gap_weights(h, vo, ve);
     if constexpr (!HARD) {
