@@ -68,6 +68,7 @@ struct AffineBackwardArgs {
   const A* sdot = nullptr;   // (B,) tangent of the soft seed's total, caller units
   A inv_t = A(0);            // 1 / T in caller units
   T* grad_grad_score = nullptr;
+  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // TAN: the reverse pass of the double backward (docs/math.md, the CPU's
@@ -93,8 +94,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
     if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+    const int64_t b = ticket.b;
+    const int64_t band = a.nbands - 1 - ticket.band;  // bottom band first
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int64_t m = len.m, n = len.n;
     const int64_t pair_offset = b * plane;

@@ -58,6 +58,7 @@ struct DoubleBackwardKernelArgs {
   T* hvp_scores;
   T* hvp_gap;    // or nullptr
   Workspace ws;
+  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // --------------------------------------------------------------------------
@@ -78,8 +79,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
     if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = a.nbands - 1 - unit % a.nbands;  // bottom band first
+    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+    const int64_t b = ticket.b;
+    const int64_t band = a.nbands - 1 - ticket.band;  // bottom band first
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int64_t m = len.m, n = len.n;
     if (!len.valid) {

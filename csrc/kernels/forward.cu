@@ -47,6 +47,7 @@ struct ForwardArgs {
   const T* dir_open = nullptr;
   const T* dir_extend = nullptr;
   Workspace ws;
+  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // A row's values after its last cell, state[0] being the cell's total (H, C):
@@ -202,8 +203,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
     if (unit >= a.batch * a.nbands) return;
-    const int64_t b = unit / a.nbands;
-    const int64_t band = unit % a.nbands;
+    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+    const int64_t b = ticket.b;
+    const int64_t band = ticket.band;
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     if (m == 0 || n == 0) {

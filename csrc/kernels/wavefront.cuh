@@ -13,9 +13,10 @@
 // tagged word per column (TaggedEdge: no fences on the hot path), so
 // consecutive bands of one pair run concurrently on different warps and SMs
 // (a single long pair fills the GPU). Warps are persistent and take units
-// from a ticket counter in order (pair-major, band-minor; reversed for the
-// backward), so a unit only ever waits on a unit that a running warp holds:
-// no deadlock, whatever the occupancy.
+// from a ticket counter in order (band_of_ticket: a pair's bands in rounds,
+// top band first; bottom band first for the reverse passes), so a unit only
+// ever waits on a unit with an earlier ticket, which a running warp holds: no
+// deadlock, whatever the occupancy.
 //
 // The saved state of the forward ("hidden") is stored band by band in
 // anti-diagonal order: cell (r, c) of a band with `rows` rows sits at
@@ -720,9 +721,10 @@ inline int64_t band_round_for(int64_t batch, int64_t nbands, int64_t warps) {
 }
 
 // Launch a persistent wavefront kernel over the args.batch * args.nbands
-// units on `stream`. Each instantiation caches its own residency.
-// `smem` bytes of dynamic shared memory per block (the same on every call of
-// one instantiation).
+// units on `stream`, with args.band_round set for the grid's warps
+// (band_round_for). Each instantiation caches its own residency. `smem`
+// bytes of dynamic shared memory per block (the same on every call of one
+// instantiation).
 template <auto Kernel, typename Args>
 inline void launch_persistent(const Args& args, cudaStream_t stream, const char* name,
                               size_t smem = 0) {
@@ -733,13 +735,9 @@ inline void launch_persistent(const Args& args, cudaStream_t stream, const char*
   if (!smem_ok) check_launch(name);
   const int blocks = persistent_blocks(Kernel, args.batch * args.nbands, per_sm, smem);
   if (blocks == 0) return;
-  if constexpr (requires { args.band_round; }) {
-    Args launched = args;
-    launched.band_round = band_round_for(args.batch, args.nbands, int64_t(blocks) * kWarpsPerBlock);
-    Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(launched);
-  } else {
-    Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(args);
-  }
+  Args launched = args;
+  launched.band_round = band_round_for(args.batch, args.nbands, int64_t(blocks) * kWarpsPerBlock);
+  Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(launched);
   check_launch(name);
 }
 
