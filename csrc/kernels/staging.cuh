@@ -73,26 +73,31 @@ __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int6
   constexpr int kPitch = kStagePitch<T>;
   const T* src = band + kChunkSteps * q;  // row r, column 32q - r (walked)
   int col = kChunkSteps * q + lane;      // this lane's column in row r
+  if constexpr (sizeof(T) >= 4) {
 #pragma unroll 4
-  for (int r = 0; r < rows; ++r, src += cols - 1, --col) {
-    T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
-    if constexpr (sizeof(T) >= 4) {
+    for (int r = 0; r < rows; ++r, src += cols - 1, --col) {
+      T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
       const bool ok = static_cast<unsigned>(col) < static_cast<unsigned>(n);
       copy_async<sizeof(T)>(dst + lane, ok ? src + lane : begin, ok);
-    } else {
-      // 4-byte words covering the 32 elements: word j holds columns
-      // c - off + 2j and +1 (c = 32q - r; off: its place in its word).
+    }
+  } else if (lane <= 16) {
+    // 4-byte words covering the 32 elements: word j holds columns
+    // c - off + 2j and +1 (c = 32q - r; off: its place in its word). 17 words
+    // cover a row, so lanes 17..31 copy nothing (a zero fill would overwrite
+    // the next row) and skip the loop. A word may reach one
+    // element past the tensor only in a chunk whose last row's words reach
+    // its end: only such a chunk checks, not every row of every chunk (ncu:
+    // the 2-byte forward ran twice the instructions of the float one).
+    const bool near_end = src + int64_t(rows - 1) * (cols - 1) + 2 * 16 + 2 > end;  // word 16's end
+#pragma unroll 4
+    for (int r = 0; r < rows; ++r, src += cols - 1, --col) {
+      T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
       const int off = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 1) & 1);
       const T* const word = src - off + 2 * lane;
       const int c = col - lane - off + 2 * lane;
       const bool ok = c + 1 >= 0 && c < n;
-      if (lane > 16) {
-        // 17 words cover the row: nothing to copy (a zero fill would spill over)
-      } else if (ok && word + 2 > end) {
-        dst[2 * lane] = *word;  // the tensor's very last element, alone
-      } else {
-        copy_async<4>(dst + 2 * lane, ok ? word : begin, ok);
-      }
+      if (near_end && ok && word + 2 > end) dst[2 * lane] = *word;  // the tensor's very last element, alone
+      else copy_async<4>(dst + 2 * lane, ok ? word : begin, ok);
     }
   }
   copy_async_commit();
