@@ -39,17 +39,26 @@ constexpr size_t staging_smem_bytes() {
 // cp.async of BYTES (4 or 8) from global to shared memory; zeros when !ok.
 template <int BYTES>
 __device__ __forceinline__ void copy_async(void* shared, const void* global, bool ok) {
+#if defined(SOFTSW_WARP_EMULATION)  // the copy lands at once
+  if (ok) memcpy(shared, global, BYTES);
+  else memset(shared, 0, BYTES);
+#else
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(global),
                "n"(BYTES), "r"(ok ? BYTES : 0)
                : "memory");
+#endif
 }
 __device__ __forceinline__ void copy_async_commit() {
+#if !defined(SOFTSW_WARP_EMULATION)
   asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
 }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N> __device__ __forceinline__ void copy_async_wait() {
+#if !defined(SOFTSW_WARP_EMULATION)
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
 }
 
 // Where band row r's elements start in a slot row: 0, or for 2-byte types the

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kSeedTangentThreads)
   A acc = A(0);
   for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads)
     acc += t.seed(C[i]) * Cd[i];
-  __shared__ A warps[kSeedTangentThreads / kWarp];
+  static __shared__ A warps[kSeedTangentThreads / kWarp];
   acc = warp_sum(acc);
   if ((threadIdx.x & (kWarp - 1)) == 0) warps[threadIdx.x / kWarp] = acc;
   __syncthreads();
@@ -57,7 +57,7 @@ inline void seed_tangent_cuda(const Problem& p, const void* hidden, const void* 
   using namespace cuda;
   dispatch_dtype(p.dtype, [&](auto*, auto acc) {
     using A = decltype(acc);
-    seed_tangent<A><<<static_cast<unsigned>(p.batch), kSeedTangentThreads, 0, s>>>(
+    SOFTSW_LAUNCH(seed_tangent<A>, static_cast<unsigned>(p.batch), kSeedTangentThreads, 0, s,
         static_cast<const A*>(hidden), static_cast<const A*>(hdot), static_cast<const A*>(total),
         p.lengths, p.rows, p.cols, p.affine ? 3 : 1, p.affine ? 5 : 1, static_cast<A*>(sdot));
     check_launch("seed_tangent");

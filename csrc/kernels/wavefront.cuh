@@ -424,6 +424,43 @@ inline void clear_hidden_past_short_pairs(const Problem& p, void* hidden, cudaSt
 // Synchronisation between warps
 // --------------------------------------------------------------------------
 
+// The accesses of the protocols between warps (below), in one place: relaxed
+// 8-byte words, and acquire / release flags. Under SOFTSW_WARP_EMULATION
+// (dev/emulate: the kernels' logic run on the CPU, every lane a fiber of one
+// thread) they are plain accesses.
+__device__ __forceinline__ unsigned long long load_relaxed(const unsigned long long* p) {
+#if defined(SOFTSW_WARP_EMULATION)
+  return *static_cast<const volatile unsigned long long*>(p);
+#else
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+__device__ __forceinline__ void store_relaxed(unsigned long long* p, unsigned long long v) {
+#if defined(SOFTSW_WARP_EMULATION)
+  *static_cast<volatile unsigned long long*>(p) = v;
+#else
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+__device__ __forceinline__ int load_acquire(const int* flag) {
+#if defined(SOFTSW_WARP_EMULATION)
+  return *static_cast<const volatile int*>(flag);
+#else
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+#endif
+}
+__device__ __forceinline__ void store_release(int* flag, int v) {
+#if defined(SOFTSW_WARP_EMULATION)
+  *static_cast<volatile int*>(flag) = v;
+#else
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+#endif
+}
+
 // A boundary value handed between bands, column by column, with no fences:
 // each 32-bit half of the value travels in one 8-byte word together with a
 // tag (column + 1), stored and loaded as a single-copy-atomic relaxed access.
@@ -440,8 +477,7 @@ struct TaggedWords {
   __device__ static TaggedWords load(const unsigned long long* slot) {
     TaggedWords w;
 #pragma unroll
-    for (int k = 0; k < K; ++k)
-      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w.word[k]) : "l"(slot + k) : "memory");
+    for (int k = 0; k < K; ++k) w.word[k] = load_relaxed(slot + k);
     return w;
   }
   __device__ bool ready(int column) const {
@@ -476,9 +512,7 @@ struct TaggedEdge {
     uint32_t bits[kWords];
     memcpy(bits, &value, sizeof(A));
 #pragma unroll
-    for (int w = 0; w < kWords; ++w)
-      asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slot + w), "l"(tag | bits[w])
-                   : "memory");
+    for (int w = 0; w < kWords; ++w) store_relaxed(slot + w, tag | bits[w]);
   }
 
   // `early`: the slot's words loaded before (a chunk ahead), or none.
@@ -525,16 +559,6 @@ struct EdgeChunk {
       TaggedEdge<A>::put(edge + (int64_t(col) * N + i) * TaggedEdge<A>::kWords, held[i], col);
   }
 };
-
-__device__ __forceinline__ int load_acquire(const int* flag) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release(int* flag, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-}
 
 // Every calling lane spins until *flag >= target (so each lane's later loads
 // are ordered after the producer's release).
@@ -674,6 +698,17 @@ __device__ void publish_band_reduction(const Workspace& ws, int64_t unit_id, int
 // Launch helpers
 // --------------------------------------------------------------------------
 
+// kernel<<<blocks, threads, smem, stream>>>(args...); under
+// SOFTSW_WARP_EMULATION the emulator's launch (dev/emulate), which runs the
+// grid's blocks one after another on the CPU.
+#if defined(SOFTSW_WARP_EMULATION)
+#define SOFTSW_LAUNCH(kernel, blocks, threads, smem, stream, ...) \
+  ::softsw_emulation::launch((blocks), (threads), (smem), [&] { kernel(__VA_ARGS__); })
+#else
+#define SOFTSW_LAUNCH(kernel, blocks, threads, smem, stream, ...) \
+  kernel<<<(blocks), (threads), (smem), (stream)>>>(__VA_ARGS__)
+#endif
+
 inline void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
@@ -737,7 +772,7 @@ inline void launch_persistent(const Args& args, cudaStream_t stream, const char*
   if (blocks == 0) return;
   Args launched = args;
   launched.band_round = band_round_for(args.batch, args.nbands, int64_t(blocks) * kWarpsPerBlock);
-  Kernel<<<blocks, kWarp * kWarpsPerBlock, smem, stream>>>(launched);
+  SOFTSW_LAUNCH(Kernel, blocks, kWarp * kWarpsPerBlock, smem, stream, launched);
   check_launch(name);
 }
 
