@@ -76,6 +76,21 @@ def test_empty_batch(device):
     assert score.shape == (0,) and P.shape == (0, 4, 5)
 
 
+def _assert_isolated(runs, clean):
+    """Pairs 0 and 2 of runs[0] (score, gradients) equal the clean batch's,
+    bitwise, and the runs repeat bitwise, NaN included. Returns the scores."""
+    out, g = runs[0]
+    for b in (0, 2):
+        assert torch.equal(out[b], clean[0][b]), f"pair {b} score changed"
+        for k, (gk, ck) in enumerate(zip(g, clean[1])):
+            assert torch.equal(gk[b], ck[b]), f"pair {b}: gradient of input {k} changed"
+    # Deterministic, NaN included.
+    torch.testing.assert_close(runs[1][0], out, rtol=0, atol=0, equal_nan=True)
+    for a, b_ in zip(runs[1][1], g):
+        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
+    return out
+
+
 def _isolation(device, gen, poison, T, reduction, affine, where="scores"):
     """Pair 1 of 3 gets `poison` at a random interior cell; the other pairs'
     scores and gradients must equal those of the clean batch, bitwise; repeating
@@ -101,16 +116,7 @@ def _isolation(device, gen, poison, T, reduction, affine, where="scores"):
         x2, go2 = leaf(S), leaf(torch.full((B, M, N), -0.7, dtype=S.dtype, device=device))
         out2 = softsw.align(x2, go2, T, gap_extend=-0.2 if affine else None, reduction=reduction)
         clean = (out2, list(grads(out2, [x2, go2])))
-    out, g = runs[0]
-    for b in (0, 2):
-        assert torch.equal(out[b], clean[0][b]), f"pair {b} score changed"
-        for k, (gk, ck) in enumerate(zip(g, clean[1])):
-            assert torch.equal(gk[b], ck[b]), f"pair {b}: gradient of input {k} changed"
-    # Deterministic, NaN included.
-    torch.testing.assert_close(runs[1][0], out, rtol=0, atol=0, equal_nan=True)
-    for a, b_ in zip(runs[1][1], g):
-        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
-    return out
+    return _assert_isolated(runs, clean)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -150,13 +156,5 @@ def test_overflowing_path_stays_in_its_pair(device, gen, T, reduction, affine):
     bad = S.clone()
     bad[1, 5, 7] = big
     bad[1, 6, 8] = big
-    runs = [run(bad, T, reduction, affine) for _ in range(2)]
-    out, g = runs[0]
+    out = _assert_isolated([run(bad, T, reduction, affine) for _ in range(2)], clean)
     assert out[1].item() == math.inf or math.isnan(out[1].item()), out[1].item()
-    for b in (0, 2):
-        assert torch.equal(out[b], clean[0][b]), f"pair {b} score changed"
-        for k, (gk, ck) in enumerate(zip(g, clean[1])):
-            assert torch.equal(gk[b], ck[b]), f"pair {b}: gradient of input {k} changed"
-    torch.testing.assert_close(runs[1][0], out, rtol=0, atol=0, equal_nan=True)
-    for a, b_ in zip(runs[1][1], g):
-        torch.testing.assert_close(a, b_, rtol=0, atol=0, equal_nan=True)
