@@ -251,6 +251,10 @@ bool check(const Case& c, std::mt19937_64& rng) {
       in.lengths.push_back(full ? c.N : n(rng));
     }
   }
+  // The case first (flushed), so that a run the emulation stops (a hang, a
+  // sanitizer report) names it.
+  std::printf("%s:", describe(c).c_str());
+  std::fflush(stdout);
   Results cpu(c.dtype, c.B, MN), gpu(c.dtype, c.B, MN);
   run_backend(false, c, in, cpu);
   run_backend(true, c, in, gpu);
@@ -283,7 +287,7 @@ bool check(const Case& c, std::mt19937_64& rng) {
       {"hvp gap_extend", gpu.hvp_extend, cpu.hvp_extend, ref.hvp_extend, c.gap_tensor && c.affine},
   };
   bool ok = true;
-  std::string line = describe(c) + ":";
+  std::string line;
   for (const Item& it : items) {
     if (!it.used) continue;
     const double e = relative_error(it.g, it.r);
@@ -295,7 +299,7 @@ bool check(const Case& c, std::mt19937_64& rng) {
     else std::snprintf(s, sizeof s, " %s %.1e (cpu %.1e)%s", it.name, e, e_cpu, good ? "" : " BAD");
     line += s;
   }
-  std::printf("%s %s\n", ok ? "ok " : "BAD", line.c_str());
+  std::printf("%s -> %s\n", line.c_str(), ok ? "ok" : "BAD");
   std::fflush(stdout);
   return ok;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <vector>
 
 namespace softsw::cuda {
@@ -17,9 +18,10 @@ namespace softsw_emulation {
 namespace {
 
 constexpr size_t kStackBytes = 512 * 1024;
-// Give up (a hang: a band waiting on a band that never comes) after this many
-// switches between fibers.
-constexpr uint64_t kMaxSwitches = uint64_t(1) << 32;
+// A hang (a band polling for an edge that never comes, a lane that left its
+// warp): this many rounds of the scheduler in a row in which no warp
+// exchange completed and no fiber finished.
+constexpr uint64_t kIdleRounds = 100000;
 
 struct Fiber {
   ucontext_t context;
@@ -44,22 +46,22 @@ struct Block {
 };
 
 ucontext_t scheduler;
+// The scheduler's choices: seeded by EMULATE_SCHEDULE_SEED (default 1), so a
+// run repeats.
+std::mt19937_64 rng([] {
+  const char* e = std::getenv("EMULATE_SCHEDULE_SEED");
+  return e ? std::strtoull(e, nullptr, 10) : 1ull;
+}());
 Block* block = nullptr;
 Fiber* running = nullptr;
-uint64_t switches = 0;
+uint64_t progress = 0;  // warp exchanges completed and fibers finished
 
-void back_to_scheduler() {
-  if (++switches > kMaxSwitches) {
-    std::fprintf(stderr, "softsw emulation: no progress after %llu switches (a hang)\n",
-                 static_cast<unsigned long long>(switches));
-    std::abort();
-  }
-  swapcontext(&running->context, &scheduler);
-}
+void back_to_scheduler() { swapcontext(&running->context, &scheduler); }
 
 void fiber_main() {
   (*block->body)();
   running->done = true;
+  ++progress;
   swapcontext(&running->context, &scheduler);
 }
 
@@ -78,6 +80,7 @@ uint64_t exchange(uint64_t value, int source) {
   if (++w.arrived == 32) {
     w.arrived = 0;
     w.phase = phase + 1;
+    ++progress;
   } else {
     while (w.phase == phase) {
       for (unsigned t = running->tid & ~31u; t < (running->tid & ~31u) + 32; ++t)
@@ -97,6 +100,7 @@ void sync_block() {
   if (++block->block_arrived == static_cast<int>(block->threads)) {
     block->block_arrived = 0;
     block->block_phase = phase + 1;
+    ++progress;
   } else {
     while (block->block_phase == phase) back_to_scheduler();
   }
@@ -126,15 +130,35 @@ void launch(unsigned blocks, unsigned threads, size_t smem, const std::function<
       f.context.uc_link = nullptr;
       makecontext(&f.context, fiber_main, 0);
     }
+    // Rounds: each warp's lanes run in turn, the warps in a random order,
+    // and a warp sits a round out with probability 1/2, so that the bands
+    // run at random speeds relative to each other (a reader may come to an
+    // edge long before its writer, or long after).
+    std::vector<unsigned> order(threads / 32);
+    for (unsigned w = 0; w < order.size(); ++w) order[w] = w;
+    uint64_t idle = 0;
     for (;;) {
       bool any = false;
-      for (Fiber& f : b.fibers) {
-        if (f.done) continue;
-        any = true;
-        running = &f;
-        swapcontext(&scheduler, &f.context);
+      const uint64_t before = progress;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (unsigned w : order) {
+        const bool sit_out = (rng() & 1) != 0;
+        for (unsigned t = 32 * w; t < 32 * w + 32; ++t) {
+          Fiber& f = b.fibers[t];
+          if (f.done) continue;
+          any = true;
+          if (sit_out) continue;
+          running = &f;
+          swapcontext(&scheduler, &f.context);
+        }
       }
       if (!any) break;
+      idle = progress == before ? idle + 1 : 0;
+      if (idle > kIdleRounds) {
+        std::fprintf(stderr, "softsw emulation: a hang (block %u: no warp exchange completed in %llu rounds)\n",
+                     bi, static_cast<unsigned long long>(kIdleRounds));
+        std::abort();
+      }
     }
     running = nullptr;
     block = nullptr;

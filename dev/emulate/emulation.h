@@ -5,7 +5,8 @@
 // branches (std::exp2 where the GPU runs ex2.approx).
 //
 // Every thread of a block is a fiber (ucontext) of the one host thread; the
-// scheduler (emulation.cpp) runs them round robin. A fiber gives way at every
+// scheduler (emulation.cpp) runs them in rounds, the warps in a random order
+// and each sitting out half the rounds (seeded: EMULATE_SCHEDULE_SEED). A fiber gives way at every
 // warp exchange (__shfl_*_sync, __syncwarp, __all_sync), at __syncthreads and
 // at __nanosleep (the protocols' polls), so every access to memory is atomic
 // and the memory model is sequential: the emulation shows logic errors, not
