@@ -12,8 +12,9 @@
 // Structure: the linear backward's (backward.cu), same names where the role
 // is the same. A cell's adjoints go to C of (i-1,j-1) (from D), to A and to U
 // of (i-1,j) (from U) and to B and L of (i,j-1) (from L). The band above gets
-// three edge planes per column of its last row: the C, A and U adjoint
-// contributions of the band's first row.
+// three values per column of its last row, as tagged words (TaggedEdge, as
+// every pass hands its edges): the C, A and U adjoint contributions of the
+// band's first row (and their tangents in the double backward).
 //
 // Saved state ("hidden", 3*B*M*N accumulate-type elements, written by the
 // forward): per pair three planes of M*N, plane 0 = C, 1 = U, 2 = L; each
@@ -68,6 +69,7 @@ struct AffineBackwardArgs {
   const A* sdot = nullptr;   // (B,) tangent of the soft seed's total, caller units
   A inv_t = A(0);            // 1 / T in caller units
   T* grad_grad_score = nullptr;
+  unsigned long long* edges_dot = nullptr;  // the band edges of the contributions' tangents
   int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
@@ -83,12 +85,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   using Aff = AffineCell<A, HARD>;
   constexpr int kBandRows = kWarp * R;
   constexpr bool kTangent = TAN && !HARD;
-  // Edge planes per band: the C, A, U contributions (and with kTangent their tangents).
-  constexpr int kEdgePlanes = kTangent ? 6 : 3;
+  // A band's edge: per column the C, A, U contributions of its first row, as
+  // tagged words (TaggedEdge) in ws.edges; with kTangent their tangents in
+  // edges_dot, likewise.
+  constexpr int kEdgeValues = 3;
+  using Edge = TaggedEdge<A>;
   const A kNegInf = neg_inf<A>();
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !HARD;
-  A* const edges = static_cast<A*>(a.ws.edges);
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
 
   for (;;) {
@@ -138,8 +143,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < mc;
     const int64_t unit_id = b * a.nbands + band;
-    const A* edge_below = edges + (unit_id + 1) * kEdgePlanes * a.cols;
-    A* edge_above = edges + unit_id * kEdgePlanes * a.cols;
+    const int64_t edge_words = a.cols * kEdgeValues * Edge::kWords;  // a band's edge
+    const unsigned long long* edge_below = edges + (unit_id + 1) * edge_words;
+    unsigned long long* edge_above = edges + unit_id * edge_words;
+    const unsigned long long* edge_dot_below = kTangent ? a.edges_dot + (unit_id + 1) * edge_words : nullptr;
+    unsigned long long* edge_dot_above = kTangent ? a.edges_dot + unit_id * edge_words : nullptr;
+    EdgeChunk<A, kEdgeValues> to_above, to_above_dot;  // the band's first row, for the band above
     const T* S = a.scores + pair_offset;
     const A* hid = a.hidden + b * 3 * plane;
     const A* hidden = hid + top * n;  // C plane of this band; U at + plane, L at + 2 * plane
@@ -266,16 +275,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const int64_t c_last = t - (kBandRows - 1);
       if (has_below && c_last >= 0 && c_last < nc &&
           ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == nc - 1)) {
-        const int64_t base = c_last & ~int64_t(kWarp - 1);
-        wait_for(a.ws.flags + unit_id + 1, static_cast<int>(nc - base));
-        const bool in = base + lane < nc;
-        below_c = in ? __ldcg(edge_below + base + lane) : A(0);
-        below_a = in ? __ldcg(edge_below + a.cols + base + lane) : A(0);
-        below_u = in ? __ldcg(edge_below + 2 * a.cols + base + lane) : A(0);
+        const int col = static_cast<int>(c_last & ~int64_t(kWarp - 1)) + lane;
+        const bool in = col <= c_last;
+        const int64_t at = int64_t(col) * kEdgeValues * Edge::kWords;
+        below_c = in ? Edge::get(edge_below + at, col) : A(0);
+        below_a = in ? Edge::get(edge_below + at + Edge::kWords, col) : A(0);
+        below_u = in ? Edge::get(edge_below + at + 2 * Edge::kWords, col) : A(0);
         if constexpr (kTangent) {
-          below_cd = in ? __ldcg(edge_below + 3 * a.cols + base + lane) : A(0);
-          below_ad = in ? __ldcg(edge_below + 4 * a.cols + base + lane) : A(0);
-          below_ud = in ? __ldcg(edge_below + 5 * a.cols + base + lane) : A(0);
+          below_cd = in ? Edge::get(edge_dot_below + at, col) : A(0);
+          below_ad = in ? Edge::get(edge_dot_below + at + Edge::kWords, col) : A(0);
+          below_ud = in ? Edge::get(edge_dot_below + at + 2 * Edge::kWords, col) : A(0);
         }
       }
       const int src = static_cast<int>(t & (kWarp - 1));
@@ -433,19 +442,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       // Lane 0's first row is the band's top row: hand its contributions to
       // the row above up (to C of (top-1, t) from D of (top, t+1), last step;
       // to A and U of (top-1, t) from U of (top, t)).
-      // The flag for the last columns (nc) is released after the loop.
-      if (has_above && lane == 0 && t < nc) {
-        edge_above[t] = mD[0];
-        edge_above[a.cols + t] = nA[0];
-        edge_above[2 * a.cols + t] = nU[0];
+      // 32 columns at a time, stored at the chunk's first column (columns run
+      // downwards).
+      if (has_above) {
+        const int col = static_cast<int>(t);
+        to_above.collect(0, mD[0], 0, col, lane);
+        to_above.collect(1, nA[0], 0, col, lane);
+        to_above.collect(2, nU[0], 0, col, lane);
         if constexpr (kTangent) {
-          edge_above[3 * a.cols + t] = qD[0];
-          edge_above[4 * a.cols + t] = nAd[0];
-          edge_above[5 * a.cols + t] = nUd[0];
+          to_above_dot.collect(0, qD[0], 0, col, lane);
+          to_above_dot.collect(1, nAd[0], 0, col, lane);
+          to_above_dot.collect(2, nUd[0], 0, col, lane);
         }
-        const int64_t done = nc - t;
-        if ((done & (kWarp - 1)) == 0 && t > 0)
-          store_release(a.ws.flags + unit_id, static_cast<int>(done));
+        if (t < nc && (t & (kWarp - 1)) == 0) {
+          const int last = static_cast<int>(min(t + kWarp - 1, nc - 1));
+          to_above.store(edge_above, col, last, lane);
+          if constexpr (kTangent) to_above_dot.store(edge_dot_above, col, last, lane);
+        }
       }
 
 #pragma unroll
@@ -492,24 +505,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       slot2 = slot2 == 0 ? n - 1 : slot2 - 1;
     }
 
-    // The band's last flag; with TAN first its share of <W, A>. The pair's
-    // top band (the last to finish) merges the shares in band order: every
-    // band below has published its share by the time the top band has waited
-    // for the first columns of the band below it.
-    if constexpr (TAN) gg = warp_sum(gg);
-    if (has_above && lane == 0) {
-      if constexpr (TAN) __stcg(&a.ws.partials[unit_id].a, double(gg));
-      store_release(a.ws.flags + unit_id, static_cast<int>(nc));
-    }
-    if constexpr (TAN) {
-      if (!has_above && lane == 0) {
-        const int64_t last = (mc - 1) / kBandRows;  // the region's bottom band
-        A acc = A(0);
-        for (int64_t k = 0; k <= last; ++k)
-          acc += k == 0 ? gg : A(__ldcg(&a.ws.partials[unit_id + k].a));
-        a.grad_grad_score[b] = store_as<T>(acc);
-      }
-    }
+    // TAN: the band's share of <W, A>, published with a release flag; the
+    // pair's top band merges the shares in band order once each is published
+    // (the bands below hold earlier tickets).
+    if constexpr (TAN) merge_band_shares(a.ws, unit_id, band, (mc - 1) / kBandRows, gg, b,
+                                         a.grad_grad_score);
   }
 }
 
@@ -558,7 +558,7 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
   if (p.batch == 0 || p.rows == 0 || p.cols == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Workspace ws = carve_workspace(p, workspace);
-  clear_sync_state(p, ws, s);
+  clear_workspace(p, ws, s);  // the tags of the edges too
   const bool hard = runs_hard(p);
   void* const outs[] = {args.grad_scores, args.grad_gap_open, args.grad_gap_extend};
   clear_unwritten(p, !p.lengths && p.reduction == Reduction::Soft && !hard, outs, 3, s);
@@ -593,8 +593,12 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
     return;
   }
   const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
-  if (!hard) tangent_pass_cuda(p, args, dws, soft_reduction, s);
-  clear_sync_state(p, dws.ws, s);
+  if (!hard) {
+    tangent_pass_cuda(p, args, dws, soft_reduction, s);
+    // The reverse pass's tangent edges go to edges_dot, over the tangent pass's tags.
+    cudaMemsetAsync(dws.edges_dot, 0, edges_dot_bytes(p), s);
+  }
+  clear_workspace(p, dws.ws, s);  // the tags of the edges too
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
@@ -610,6 +614,7 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
     k.sdot = static_cast<const A*>(dws.sdot);
     k.inv_t = hard ? A(0) : A(1.0 / p.temperature);
     k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
+    k.edges_dot = static_cast<unsigned long long*>(dws.edges_dot);
     dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
       launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor(), true>>(
           k, s, "affine_backward_wavefront (double backward)");

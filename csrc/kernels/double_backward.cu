@@ -16,8 +16,9 @@
 //    writing hvp_S = g_out (Edot p1 + E pdot1), hvp_g = g_out (Edot (p2+p3) + E (pdot2+pdot3))
 //    and grad_grad_score = sum_ij W_ij E p1 + Wg_ij E (p2+p3) = <W, A>, reduced
 //    per warp and merged in band order by the pair's top band (the last to
-//    finish in reverse order). Band edges carry two values per column: the
-//    E-contributions (ws.edges) and the Edot-contributions (edges_dot).
+//    finish in reverse order, merge_band_shares). Band edges carry two tagged
+//    values per column (TaggedEdge, as backward.cu's): the E- and the
+//    Edot-contributions.
 //
 // Units. p_k, q and the weights are computed exactly as in backward.cu, from
 // H, S, g in kernel units (soft: caller units / (T ln 2)). Everything tangent
@@ -53,7 +54,6 @@ struct DoubleBackwardKernelArgs {
   const A* total;
   A* hdot;       // workspace: Hdot, hidden's layout
   A* sdot;       // workspace: (B,) soft-seed tangent, caller units
-  A* edges_dot;  // workspace: second edge buffer (reverse pass)
   T* grad_grad_score;
   T* hvp_scores;
   T* hvp_gap;    // or nullptr
@@ -73,8 +73,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   constexpr int kBandRows = kWarp * R;
   const int lane = threadIdx.x & (kWarp - 1);
   const bool soft_reduction = a.soft_reduction && !HARD;
-  A* const edges = static_cast<A*>(a.ws.edges);
-  A* const edges_dot = a.edges_dot;
+  // A band's edge: per column the E and (TAN) Edot contributions of its first
+  // row, as tagged words (TaggedEdge) in ws.edges.
+  constexpr int kEdgeValues = 2;
+  using Edge = TaggedEdge<A>;
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
 
   for (;;) {
     const long long unit = next_unit(a.ws.ticket);
@@ -104,10 +107,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const bool has_above = band > 0;
     const bool has_below = top + kBandRows < m;
     const int64_t unit_id = b * a.nbands + band;
-    const A* edge_below = edges + (unit_id + 1) * a.cols;
-    A* edge_above = edges + unit_id * a.cols;
-    const A* edge_dot_below = edges_dot + (unit_id + 1) * a.cols;
-    A* edge_dot_above = edges_dot + unit_id * a.cols;
+    const int64_t edge_words = a.cols * kEdgeValues * Edge::kWords;  // a band's edge
+    const unsigned long long* edge_below = edges + (unit_id + 1) * edge_words;
+    unsigned long long* edge_above = edges + unit_id * edge_words;
+    EdgeChunk<A, kEdgeValues> to_above;  // the band's first row, for the band above
     const int64_t pair_offset = b * a.rows * a.cols;
     const T* S = a.scores + pair_offset;
     const T* W = a.dir_scores ? a.dir_scores + pair_offset : nullptr;
@@ -182,10 +185,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const int64_t c_last = t - (kBandRows - 1);
       if (has_below && c_last >= 0 && c_last < n &&
           ((c_last & (kWarp - 1)) == kWarp - 1 || c_last == n - 1)) {
-        const int64_t base = c_last & ~int64_t(kWarp - 1);
-        wait_for(a.ws.flags + unit_id + 1, static_cast<int>(n - base));
-        below_reg = base + lane < n ? __ldcg(edge_below + base + lane) : A(0);
-        if constexpr (TAN) below_dreg = base + lane < n ? __ldcg(edge_dot_below + base + lane) : A(0);
+        const int col = static_cast<int>(c_last & ~int64_t(kWarp - 1)) + lane;
+        const bool in = col <= c_last;
+        const unsigned long long* at = edge_below + int64_t(col) * kEdgeValues * Edge::kWords;
+        below_reg = in ? Edge::get(at, col) : A(0);
+        if constexpr (TAN) below_dreg = in ? Edge::get(at + Edge::kWords, col) : A(0);
       }
       const int src = static_cast<int>(t & (kWarp - 1));
       const int src_below = static_cast<int>(c_last & (kWarp - 1));
@@ -261,15 +265,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
         }
       }
 
-      // Lane 0's first row is the band's top row: hand its contributions up.
-      // The flag for the last columns (n) is released after the loop, with
-      // this band's share of <W, A>.
-      if (has_above && lane == 0 && t < n) {
-        edge_above[t] = n2[0] + m1[0];
-        if constexpr (TAN) edge_dot_above[t] = nq2[0] + q1[0];
-        const int64_t done = n - t;
-        if (t > 0 && (done & (kWarp - 1)) == 0)
-          store_release(a.ws.flags + unit_id, static_cast<int>(done));
+      // Lane 0's first row is the band's top row: hand its contributions up,
+      // 32 columns at a time, stored at the chunk's first column (columns run
+      // downwards).
+      if (has_above) {
+        const int col = static_cast<int>(t);
+        to_above.collect(0, n2[0] + m1[0], 0, col, lane);
+        if constexpr (TAN) to_above.collect(1, nq2[0] + q1[0], 0, col, lane);
+        if (t < n && (t & (kWarp - 1)) == 0)
+          to_above.store(edge_above, col, static_cast<int>(min(t + kWarp - 1, n - 1)), lane);
       }
 
 #pragma unroll
@@ -293,22 +297,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if constexpr (TAN) load_diagonal(hdot, t - 3, d2);
     }
 
-    // This band's share of <W, A>, published with the final flag; the pair's
-    // top band (the last to finish) merges the shares in band order: every
-    // band below has published its share by the time the top band has waited
-    // for the first columns of the band below it.
-    gg = warp_sum(gg);
-    if (has_above && lane == 0) {
-      __stcg(&a.ws.partials[unit_id].a, double(gg));
-      store_release(a.ws.flags + unit_id, static_cast<int>(n));
-    }
-    if (!has_above && lane == 0) {
-      const int64_t last = (m - 1) / kBandRows;  // the pair's bottom band
-      A acc = A(0);
-      for (int64_t k = 0; k <= last; ++k)
-        acc += k == 0 ? gg : A(__ldcg(&a.ws.partials[unit_id + k].a));
-      a.grad_grad_score[b] = store_as<T>(acc);
-    }
+    merge_band_shares(a.ws, unit_id, band, (m - 1) / kBandRows, gg, b, a.grad_grad_score);
   }
 }
 
@@ -363,14 +352,13 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     k.total = static_cast<const A*>(args.state.total);
     k.hdot = static_cast<A*>(dws.hdot);
     k.sdot = static_cast<A*>(dws.sdot);
-    k.edges_dot = static_cast<A*>(dws.edges_dot);
     k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
     k.hvp_scores = static_cast<T*>(args.hvp_scores);
     k.hvp_gap = static_cast<T*>(args.hvp_gap_open);
     k.ws = dws.ws;
     const int r = rows_per_thread(p);
     if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
-    clear_sync_state(p, k.ws, s);
+    clear_workspace(p, k.ws, s);  // the tags of the edges too
     if (hard) {
       if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);
       else launch_reverse_tangent<T, A, 4, true>(k, s);

@@ -344,7 +344,7 @@ inline Workspace carve_workspace(const Problem& p, void* base) {
 
 // Values a band hands the next per column: H, or the affine C, A and U. The
 // probability-domain forward (linear gaps) hands Z as a mantissa and an
-// exponent: two.
+// exponent, the linear reverse tangent pass E and Edot: two.
 inline int64_t edge_values(const Problem& p) { return p.affine ? 3 : 2; }
 
 inline int64_t workspace_bytes(const Problem& p) {
@@ -360,9 +360,9 @@ inline int64_t workspace_bytes(const Problem& p) {
 // of `hidden`:
 //   [workspace_bytes(p)] [edges_dot] [sdot: batch x acc] [hdot: hdot_elements x acc]
 // edges_dot carries the tangent pass's band edges (tagged words: H and Hdot;
-// affine C, Cdot, A, U, Adot, Udot), then, for linear gaps, the reverse
-// pass's Edot contributions (one value per column). hdot is Hdot, or the
-// affine planes Cdot, Udot, Ldot, Adot, Bdot.
+// affine C, Cdot, A, U, Adot, Udot), then, for affine gaps, the reverse
+// pass's tangent contributions (Cdot, Adot, Udot; cleared in between). hdot
+// is Hdot, or the affine planes Cdot, Udot, Ldot, Adot, Bdot.
 struct DoubleBackwardWorkspace {
   Workspace ws;     // ticket, flags, partials, edges: as for the other passes
   void* edges_dot;
@@ -692,6 +692,30 @@ __device__ void publish_band_reduction(const Workspace& ws, int64_t unit_id, int
     score[b] = store_as<T>(acc.best * unscale);
     argmax[b] = acc.index;
   }
+}
+
+// The double backward's <W, A> per pair, from each band's share (`share`,
+// this lane's; reduced over the warp here; every lane calls this): a band
+// below the top one publishes its share with a release flag; the pair's top
+// band (band 0) waits for those of bands 1 .. `last` (they hold earlier
+// tickets) and adds them in band order, a result independent of scheduling,
+// into out[b].
+template <typename T, typename A>
+__device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t band, int64_t last,
+                                  A share, int64_t b, T* out) {
+  share = warp_sum(share);
+  if ((threadIdx.x & (kWarp - 1)) != 0) return;
+  if (band > 0) {
+    __stcg(&ws.partials[unit_id].a, double(share));
+    store_release(ws.flags + unit_id, 1);
+    return;
+  }
+  A acc = A(0) + share;
+  for (int64_t k = 1; k <= last; ++k) {
+    wait_for(ws.flags + unit_id + k, 1);
+    acc += A(__ldcg(&ws.partials[unit_id + k].a));
+  }
+  out[b] = store_as<T>(acc);
 }
 
 // --------------------------------------------------------------------------
