@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "affine.cuh"
+#include "reverse.cuh"
 #include "tangent.cuh"
 #include "wavefront.cuh"
 
@@ -44,35 +45,6 @@ __device__ __forceinline__ constexpr A neg_inf() {
 // Backward
 // --------------------------------------------------------------------------
 
-template <typename T, typename A>
-struct AffineBackwardArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const int64_t* lengths;
-  GapReader<T, A> open, extend;
-  A scale;
-  bool soft_reduction;
-  const T* grad_score;
-  int64_t grad_score_stride;  // BackwardArgs has it
-  const A* hidden;
-  const int64_t* argmax;
-  const A* total;
-  T* grad_scores;  // TAN: hvp_scores
-  T* grad_open;    // or nullptr; TAN: hvp_gap_open
-  T* grad_extend;  // or nullptr; TAN: hvp_gap_extend
-  Workspace ws;
-  // The reverse pass of the double backward (TAN) only.
-  const T* dir_scores = nullptr;  // the direction W, (B, M, N) contiguous, or nullptr (zero)
-  const T* dir_open = nullptr;
-  const T* dir_extend = nullptr;
-  const A* hdot = nullptr;   // the tangent pass's planes Cd, Ud, Ld, Ad, Bd (hidden's layout)
-  const A* sdot = nullptr;   // (B,) tangent of the soft seed's total, caller units
-  A inv_t = A(0);            // 1 / T in caller units
-  T* grad_grad_score = nullptr;
-  unsigned long long* edges_dot = nullptr;  // the band edges of the contributions' tangents
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
-};
-
 // TAN: the reverse pass of the double backward (docs/math.md, the CPU's
 // reverse_affine<TAN> in cpu/reverse.h): with the adjoint E also its tangent Edot (unless
 // HARD, where the Hessian is zero and the outputs stay cleared), writing the
@@ -80,7 +52,7 @@ struct AffineBackwardArgs {
 // <W, d score / d inputs> per pair.
 template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR, bool TAN = false>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    affine_backward_wavefront(const AffineBackwardArgs<T, A> a) {
+    affine_backward_wavefront(const ReverseArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
   using Aff = AffineCell<A, HARD>;
   constexpr int kBandRows = kWarp * R;
@@ -513,32 +485,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-// The arguments both reverse passes share (TAN fields left at their defaults).
-template <typename T, typename A>
-AffineBackwardArgs<T, A> reverse_args(const Problem& p, const ForwardState& state,
-                                      const void* grad_score, int64_t grad_score_stride,
-                                      const Workspace& ws) {
-  const A scale = A(kernel_scale(p));
-  AffineBackwardArgs<T, A> k;
-  k.batch = p.batch;
-  k.rows = p.rows;
-  k.cols = p.cols;
-  k.nbands = band_count(p);
-  k.scores = static_cast<const T*>(p.scores);
-  k.lengths = p.lengths;
-  k.open = gap_reader<T, A>(p.gap_open, scale);
-  k.extend = gap_reader<T, A>(p.gap_extend, scale);
-  k.scale = scale;
-  k.soft_reduction = p.reduction == Reduction::Soft;
-  k.grad_score = static_cast<const T*>(grad_score);
-  k.grad_score_stride = grad_score_stride;
-  k.hidden = static_cast<const A*>(state.hidden);
-  k.argmax = state.argmax;
-  k.total = static_cast<const A*>(state.total);
-  k.ws = ws;
-  return k;
-}
-
 // Zero every (B, M, N) output that a reverse pass does not write in full:
 // all of them unless "soft" without lengths (padding, and "max", which visits
 // only the cells up to the argmax, get exactly zero).
@@ -565,11 +511,7 @@ void affine_backward_cuda(const Problem& p, const BackwardArgs& args, void* work
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score,
-                                                               args.grad_score_stride, ws);
-    k.grad_scores = static_cast<T*>(args.grad_scores);
-    k.grad_open = static_cast<T*>(args.grad_gap_open);
-    k.grad_extend = static_cast<T*>(args.grad_gap_extend);
+    const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, ws);
     dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
       launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "affine_backward_wavefront");
@@ -602,19 +544,7 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    AffineBackwardArgs<T, A> k = reverse_args<T, A>(p, args.state, args.grad_score,
-                                                               args.grad_score_stride, dws.ws);
-    k.grad_scores = static_cast<T*>(args.hvp_scores);
-    k.grad_open = static_cast<T*>(args.hvp_gap_open);
-    k.grad_extend = static_cast<T*>(args.hvp_gap_extend);
-    k.dir_scores = static_cast<const T*>(args.dir_scores);
-    k.dir_open = static_cast<const T*>(args.dir_gap_open);
-    k.dir_extend = static_cast<const T*>(args.dir_gap_extend);
-    k.hdot = static_cast<const A*>(dws.hdot);
-    k.sdot = static_cast<const A*>(dws.sdot);
-    k.inv_t = hard ? A(0) : A(1.0 / p.temperature);
-    k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
-    k.edges_dot = static_cast<unsigned long long*>(dws.edges_dot);
+    const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, dws);
     dispatch_variant<A, true>(p, hard, [&](auto r, auto hard_c, auto gap_tensor) {
       launch_persistent<affine_backward_wavefront<T, A, r(), hard_c(), gap_tensor(), true>>(
           k, s, "affine_backward_wavefront (double backward)");

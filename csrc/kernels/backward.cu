@@ -14,36 +14,16 @@
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
 #include "affine.cuh"
+#include "reverse.cuh"
 #include "staging.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
 namespace cuda {
 
-template <typename T, typename A>
-struct BackwardKernelArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const T* scores_end;  // one past the last element (staging.cuh)
-  const int64_t* lengths;
-  GapReader<T, A> gap;
-  A scale;
-  bool soft_reduction;
-  bool vector_ok;
-  const T* grad_score;
-  int64_t grad_score_stride;  // BackwardArgs has it
-  const A* hidden;
-  const int64_t* argmax;
-  const A* total;
-  T* grad_scores;
-  T* grad_gap;  // or nullptr
-  Workspace ws;
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
-};
-
 template <typename T, typename A, int R, bool HARD, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    backward_wavefront(const BackwardKernelArgs<T, A> a) {
+    backward_wavefront(const ReverseArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
   constexpr int kBandRows = kWarp * R;
   const int lane = threadIdx.x & (kWarp - 1);
@@ -64,7 +44,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if (band == 0) {
         for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
           a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_gap) a.grad_gap[pair_offset + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
         }
       }
       continue;
@@ -172,7 +152,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A up = k == 0 ? up0 : w1[k - 1];
           const A diag = k == 0 ? diag0 : w2[k - 1];
           const A h = w0[k];
-          const A g = a.gap.template at<GAP_TENSOR>(b, r, c);
+          const A g = a.open.template at<GAP_TENSOR>(b, r, c);
           const Weights<A> p = Cell::normalized_weights(h, diag + s[k], up + g, w1[k] + g);
           const A seed = soft_reduction ? total.seed(h)
                                         : (r == target_r && c == target_c ? A(1) : A(0));
@@ -182,7 +162,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           n2[k] = E * p.p2;
           n3[k] = E * p.p3;
           grad[k] = n1[k] * g_out;
-          if (a.grad_gap) a.grad_gap[pair_offset + int64_t(r) * a.cols + c] =
+          if (a.grad_open) a.grad_open[pair_offset + int64_t(r) * a.cols + c] =
               store_as<T>((n2[k] + n3[k]) * g_out);
         }
       }
@@ -354,7 +334,7 @@ constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR)
 
 template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
-    backward_staged(const BackwardKernelArgs<T, A> a) {
+    backward_staged(const ReverseArgs<T, A> a) {
   static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
   using Cell = LinearCell<A, HARD>;
   constexpr int kBandRows = kWarp;
@@ -382,7 +362,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       if (band == 0) {
         for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
           a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_gap) a.grad_gap[pair_offset + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
         }
       }
       continue;
@@ -493,7 +473,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
       const int c = t - lane;
       A n1 = A(0), n2 = A(0), n3 = A(0), grad = A(0);
       if (!checked || (c >= 0 && c < n && row_ok)) {
-        const A g = a.gap.template at<GAP_TENSOR>(b, r, c);
+        const A g = a.open.template at<GAP_TENSOR>(b, r, c);
         const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
         A seed;
         if constexpr (SOFT) seed = total.seed(h);
@@ -503,8 +483,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
         n2 = E * p.p2;
         n3 = E * p.p3;
         grad = n1 * g_out;
-        if (GAP_TENSOR && a.grad_gap)
-          a.grad_gap[pair_offset + int64_t(r) * a.cols + c] = store_as<T>((n2 + n3) * g_out);
+        if (GAP_TENSOR && a.grad_open)
+          a.grad_open[pair_offset + int64_t(r) * a.cols + c] = store_as<T>((n2 + n3) * g_out);
       }
       // Lane 0's row is the band's top row: hand its contributions up.
       if (has_above) {
@@ -619,27 +599,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const A scale = A(kernel_scale(p));
-    BackwardKernelArgs<T, A> k;
-    k.batch = p.batch;
-    k.rows = p.rows;
-    k.cols = p.cols;
-    k.nbands = band_count(p);
-    k.scores = static_cast<const T*>(p.scores);
-    k.scores_end = k.scores + p.batch * p.rows * p.cols;
-    k.lengths = p.lengths;
-    k.gap = gap_reader<T, A>(p.gap_open, scale);
-    k.scale = scale;
-    k.soft_reduction = p.reduction == Reduction::Soft;
-    k.vector_ok = vector_access_ok(p, p.scores) && vector_access_ok(p, args.grad_scores);
-    k.grad_score = static_cast<const T*>(args.grad_score);
-    k.grad_score_stride = args.grad_score_stride;
-    k.hidden = static_cast<const A*>(args.state.hidden);
-    k.argmax = args.state.argmax;
-    k.total = static_cast<const A*>(args.state.total);
-    k.grad_scores = static_cast<T*>(args.grad_scores);
-    k.grad_gap = static_cast<T*>(args.grad_gap_open);
-    k.ws = ws;
+    const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, ws);
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       if constexpr (r() == 1) {
         if (staged_backward()) {

@@ -30,36 +30,12 @@
 // T = 0: the Hessian is zero almost everywhere. The tangent pass is skipped,
 // hvp is cleared, and the reverse pass (HARD) computes E only, for <W, A>.
 #include "affine.cuh"
+#include "reverse.cuh"
 #include "tangent.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
 namespace cuda {
-
-template <typename T, typename A>
-struct DoubleBackwardKernelArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const int64_t* lengths;
-  GapReader<T, A> gap;
-  A scale;      // kernel units per caller unit
-  A inv_t;      // 1 / T in caller units (0 when hard)
-  bool soft_reduction;
-  const T* grad_score;
-  int64_t grad_score_stride;  // DoubleBackwardArgs has it
-  const T* dir_scores;  // W, or nullptr (zero)
-  const T* dir_gap;     // Wg, or nullptr (zero)
-  const A* hidden;
-  const int64_t* argmax;
-  const A* total;
-  A* hdot;       // workspace: Hdot, hidden's layout
-  A* sdot;       // workspace: (B,) soft-seed tangent, caller units
-  T* grad_grad_score;
-  T* hvp_scores;
-  T* hvp_gap;    // or nullptr
-  Workspace ws;
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
-};
 
 // --------------------------------------------------------------------------
 // Pass 2: reverse wavefront carrying E and Edot (HARD: E only)
@@ -67,7 +43,7 @@ struct DoubleBackwardKernelArgs {
 
 template <typename T, typename A, int R, bool HARD>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    reverse_tangent_wavefront(const DoubleBackwardKernelArgs<T, A> a) {
+    reverse_tangent_wavefront(const ReverseArgs<T, A> a) {
   using Cell = LinearCell<A, HARD>;
   constexpr bool TAN = !HARD;  // carry the tangents (T > 0)
   constexpr int kBandRows = kWarp * R;
@@ -90,8 +66,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     if (!len.valid) {
       if (band == 0) {
         for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.hvp_scores[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
-          if (a.hvp_gap) a.hvp_gap[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
+          a.grad_scores[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_open) a.grad_open[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
         }
         if (lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
       }
@@ -114,7 +90,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int64_t pair_offset = b * a.rows * a.cols;
     const T* S = a.scores + pair_offset;
     const T* W = a.dir_scores ? a.dir_scores + pair_offset : nullptr;
-    const T* Wg = a.dir_gap ? a.dir_gap + pair_offset : nullptr;
+    const T* Wg = a.dir_open ? a.dir_open + pair_offset : nullptr;
     const A* hidden = a.hidden + pair_offset + top * n;
     const A* hidden_above = a.hidden + pair_offset + (top - kBandRows) * n;
     const A* hdot = a.hdot + pair_offset + top * n;
@@ -233,7 +209,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A diag = k == 0 ? diag0 : w2[k - 1];
           const A left = w1[k];
           const A h = w0[k];
-          const A g = a.gap.at(b, r, c);
+          const A g = a.open.at(b, r, c);
           const A s = scaled(load_as<A>(S + e), a.scale);
           const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
           const A seed = soft_reduction ? total.seed(h) : (e == target ? A(1) : A(0));
@@ -259,8 +235,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             nq1[k] = Ed * p.p1 + E * pd1;
             nq2[k] = Ed * p.p2 + E * pd2;
             nq3[k] = Ed * p.p3 + E * pd3;
-            a.hvp_scores[pair_offset + e] = store_as<T>(nq1[k] * g_out);
-            if (a.hvp_gap) a.hvp_gap[pair_offset + e] = store_as<T>((nq2[k] + nq3[k]) * g_out);
+            a.grad_scores[pair_offset + e] = store_as<T>(nq1[k] * g_out);
+            if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>((nq2[k] + nq3[k]) * g_out);
           }
         }
       }
@@ -302,7 +278,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 }
 
 template <typename T, typename A, int R, bool HARD>
-void launch_reverse_tangent(const DoubleBackwardKernelArgs<T, A>& args, cudaStream_t stream) {
+void launch_reverse_tangent(const ReverseArgs<T, A>& args, cudaStream_t stream) {
   launch_persistent<reverse_tangent_wavefront<T, A, R, HARD>>(args, stream, "reverse_tangent_wavefront");
 }
 
@@ -331,31 +307,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const A scale = A(kernel_scale(p));
-    DoubleBackwardKernelArgs<T, A> k;
-    k.batch = p.batch;
-    k.rows = p.rows;
-    k.cols = p.cols;
-    k.nbands = band_count(p);
-    k.scores = static_cast<const T*>(p.scores);
-    k.lengths = p.lengths;
-    k.gap = gap_reader<T, A>(p.gap_open, scale);
-    k.scale = scale;
-    k.inv_t = A(hard ? 0.0 : 1.0 / p.temperature);
-    k.soft_reduction = p.reduction == Reduction::Soft;
-    k.grad_score = static_cast<const T*>(args.grad_score);
-    k.grad_score_stride = args.grad_score_stride;
-    k.dir_scores = static_cast<const T*>(args.dir_scores);
-    k.dir_gap = static_cast<const T*>(args.dir_gap_open);
-    k.hidden = static_cast<const A*>(args.state.hidden);
-    k.argmax = args.state.argmax;
-    k.total = static_cast<const A*>(args.state.total);
-    k.hdot = static_cast<A*>(dws.hdot);
-    k.sdot = static_cast<A*>(dws.sdot);
-    k.grad_grad_score = static_cast<T*>(args.grad_grad_score);
-    k.hvp_scores = static_cast<T*>(args.hvp_scores);
-    k.hvp_gap = static_cast<T*>(args.hvp_gap_open);
-    k.ws = dws.ws;
+    const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, dws);
     const int r = rows_per_thread(p);
     if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
     clear_workspace(p, k.ws, s);  // the tags of the edges too

@@ -694,30 +694,6 @@ __device__ void publish_band_reduction(const Workspace& ws, int64_t unit_id, int
   }
 }
 
-// The double backward's <W, A> per pair, from each band's share (`share`,
-// this lane's; reduced over the warp here; every lane calls this): a band
-// below the top one publishes its share with a release flag; the pair's top
-// band (band 0) waits for those of bands 1 .. `last` (they hold earlier
-// tickets) and adds them in band order, a result independent of scheduling,
-// into out[b].
-template <typename T, typename A>
-__device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t band, int64_t last,
-                                  A share, int64_t b, T* out) {
-  share = warp_sum(share);
-  if ((threadIdx.x & (kWarp - 1)) != 0) return;
-  if (band > 0) {
-    __stcg(&ws.partials[unit_id].a, double(share));
-    store_release(ws.flags + unit_id, 1);
-    return;
-  }
-  A acc = A(0) + share;
-  for (int64_t k = 1; k <= last; ++k) {
-    wait_for(ws.flags + unit_id + k, 1);
-    acc += A(__ldcg(&ws.partials[unit_id + k].a));
-  }
-  out[b] = store_as<T>(acc);
-}
-
 // --------------------------------------------------------------------------
 // Launch helpers
 // --------------------------------------------------------------------------
