@@ -27,14 +27,8 @@ namespace softsw {
 namespace cuda {
 
 template <typename T, typename A>
-struct ForwardArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const int64_t* lengths;
-  GapReader<T, A> open, extend;  // linear gaps read `open` only
-  A scale;    // kernel units per caller unit
+struct ForwardArgs : WavefrontArgs<T, A> {
   A unscale;  // caller units per kernel unit
-  bool soft_reduction;
   bool vector_ok;
   T* score;
   A* hidden;  // the saved planes (Row::kPlanes per pair), or nullptr
@@ -46,8 +40,6 @@ struct ForwardArgs {
   const T* dir_scores = nullptr;
   const T* dir_open = nullptr;
   const T* dir_extend = nullptr;
-  Workspace ws;
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // A row's values after its last cell, state[0] being the cell's total (H, C):
@@ -493,26 +485,14 @@ void launch_forward(const ForwardArgs<T, A>& args, cudaStream_t s, const char* n
 // directions left unset).
 template <typename T, typename A>
 ForwardArgs<T, A> forward_args(const Problem& p, const Workspace& ws) {
-  const bool hard = runs_hard(p);
-  const A scale = A(kernel_scale(p));
   ForwardArgs<T, A> args;
-  args.batch = p.batch;
-  args.rows = p.rows;
-  args.cols = p.cols;
-  args.nbands = band_count(p);
-  args.scores = static_cast<const T*>(p.scores);
-  args.lengths = p.lengths;
-  args.open = gap_reader<T, A>(p.gap_open, scale);
-  args.extend = gap_reader<T, A>(p.gap_extend, scale);
-  args.scale = scale;
-  args.unscale = A(hard ? 1.0 : p.temperature * kLn2);
-  args.soft_reduction = p.reduction == Reduction::Soft;
+  static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
+  args.unscale = A(runs_hard(p) ? 1.0 : p.temperature * kLn2);
   args.vector_ok = vector_access_ok(p, p.scores);
   args.score = nullptr;
   args.hidden = nullptr;
   args.argmax = nullptr;
   args.total = nullptr;
-  args.ws = ws;
   return args;
 }
 

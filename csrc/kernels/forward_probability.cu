@@ -53,22 +53,14 @@ namespace softsw {
 namespace cuda {
 
 template <typename T, typename A>
-struct ProbabilityForwardArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const T* scores_end;  // one past the last element (2-byte copies stay inside)
-  const int64_t* lengths;
-  A scale;       // kernel units per caller unit
+struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
   A unscale;     // caller units per kernel unit
   A gap;         // the gap in kernel units (log domain)
   A gap_weight;  // 2^gap (probability domain)
-  bool soft_reduction;
   T* score;
   A* hidden;  // with state: H of every cell (wavefront.cuh's band layout)
   int64_t* argmax;
   A* total;
-  Workspace ws;
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // Steps between two checks (and renormalisations); a chunk holds whole
@@ -511,28 +503,17 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    const A scale = A(kernel_scale(p));
-    const A gap = A(p.gap_open.value * double(scale));  // as gap_reader has it
     ProbabilityForwardArgs<T, A> args;
-    args.batch = p.batch;
-    args.rows = p.rows;
-    args.cols = p.cols;
-    args.scores = static_cast<const T*>(p.scores);
-    args.scores_end = args.scores + p.batch * p.rows * p.cols;
-    args.lengths = p.lengths;
-    args.scale = scale;
+    static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
     args.unscale = A(p.temperature * kLn2);
-    args.gap = gap;
-    args.gap_weight = A(std::exp2(double(gap)));
-    args.soft_reduction = p.reduction == Reduction::Soft;
+    args.gap = args.open.value;  // a constant (runs_probability_forward)
+    args.gap_weight = A(std::exp2(double(args.gap)));
     args.score = static_cast<T*>(out.score);
     args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
-    args.ws = ws;
     auto launch = [&](auto rows_per_lane, auto soft, auto state) {
       constexpr int R = decltype(rows_per_lane)::value;
-      args.nbands = band_count(p);
       launch_persistent<probability_forward<T, A, R, soft(), state()>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };

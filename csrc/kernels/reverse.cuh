@@ -12,14 +12,7 @@ namespace softsw {
 namespace cuda {
 
 template <typename T, typename A>
-struct ReverseArgs {
-  int64_t batch, rows, cols, nbands;
-  const T* scores;
-  const T* scores_end;  // one past the last element (staging.cuh)
-  const int64_t* lengths;
-  GapReader<T, A> open, extend;  // linear gaps read `open` only
-  A scale;                       // kernel units per caller unit
-  bool soft_reduction;
+struct ReverseArgs : WavefrontArgs<T, A> {
   bool vector_ok;  // 16-byte access lines up for scores and grad_scores
   const T* grad_score;
   int64_t grad_score_stride;  // BackwardArgs has it
@@ -44,8 +37,6 @@ struct ReverseArgs {
   A inv_t = A(0);
   T* grad_grad_score = nullptr;
   unsigned long long* edges_dot = nullptr;
-  Workspace ws;
-  int64_t band_round = 0;  // band_of_ticket (set at launch)
 };
 
 // The fields every reverse pass reads, for outputs of which `grad_scores` is
@@ -54,19 +45,8 @@ template <typename T, typename A>
 ReverseArgs<T, A> common_reverse_args(const Problem& p, const ForwardState& state,
                                       const void* grad_score, int64_t grad_score_stride,
                                       void* grad_scores, const Workspace& ws) {
-  const A scale = A(kernel_scale(p));
   ReverseArgs<T, A> k;
-  k.batch = p.batch;
-  k.rows = p.rows;
-  k.cols = p.cols;
-  k.nbands = band_count(p);
-  k.scores = static_cast<const T*>(p.scores);
-  k.scores_end = k.scores + p.batch * p.rows * p.cols;
-  k.lengths = p.lengths;
-  k.open = gap_reader<T, A>(p.gap_open, scale);
-  k.extend = gap_reader<T, A>(p.affine ? p.gap_extend : p.gap_open, scale);
-  k.scale = scale;
-  k.soft_reduction = p.reduction == Reduction::Soft;
+  static_cast<WavefrontArgs<T, A>&>(k) = wavefront_args<T, A>(p, ws);
   k.vector_ok = vector_access_ok(p, p.scores) && vector_access_ok(p, grad_scores);
   k.grad_score = static_cast<const T*>(grad_score);
   k.grad_score_stride = grad_score_stride;
@@ -74,7 +54,6 @@ ReverseArgs<T, A> common_reverse_args(const Problem& p, const ForwardState& stat
   k.argmax = state.argmax;
   k.total = static_cast<const A*>(state.total);
   k.grad_scores = static_cast<T*>(grad_scores);
-  k.ws = ws;
   return k;
 }
 

@@ -799,6 +799,41 @@ GapReader<T, A> gap_reader(const GapScores& g, A scale) {
           A(g.value * double(scale)), scale};
 }
 
+// What every wavefront pass reads of its problem; each pass's argument struct
+// (ForwardArgs, ProbabilityForwardArgs, ReverseArgs) extends it, and
+// wavefront_args fills it.
+template <typename T, typename A>
+struct WavefrontArgs {
+  int64_t batch, rows, cols, nbands;
+  const T* scores;
+  const T* scores_end;  // one past the last element (staging.cuh)
+  const int64_t* lengths;
+  GapReader<T, A> open, extend;  // linear gaps read `open` only
+  A scale;                       // kernel units per caller unit
+  bool soft_reduction;
+  Workspace ws;
+  int64_t band_round = 0;  // band_of_ticket (set at launch)
+};
+
+template <typename T, typename A>
+WavefrontArgs<T, A> wavefront_args(const Problem& p, const Workspace& ws) {
+  const A scale = A(kernel_scale(p));
+  WavefrontArgs<T, A> a;
+  a.batch = p.batch;
+  a.rows = p.rows;
+  a.cols = p.cols;
+  a.nbands = band_count(p);
+  a.scores = static_cast<const T*>(p.scores);
+  a.scores_end = a.scores + p.batch * p.rows * p.cols;
+  a.lengths = p.lengths;
+  a.open = gap_reader<T, A>(p.gap_open, scale);
+  a.extend = gap_reader<T, A>(p.gap_extend, scale);
+  a.scale = scale;
+  a.soft_reduction = p.reduction == Reduction::Soft;
+  a.ws = ws;
+  return a;
+}
+
 // Dispatch on the element type: f<scalar_t, acc_t>().
 template <typename F>
 inline void dispatch_dtype(Dtype d, F&& f) {
