@@ -56,11 +56,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
 
   for (;;) {
-    const long long unit = next_unit(a.ws.ticket);
-    if (unit >= a.batch * a.nbands) return;
-    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
-    const int64_t b = ticket.b;
-    const int64_t band = a.nbands - 1 - ticket.band;  // bottom band first
+    const TakenUnit unit = take_unit</*REVERSE=*/true>(a);
+    if (!unit.taken) return;
+    const int64_t b = unit.b, band = unit.band;
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int64_t m = len.m, n = len.n;
     if (!len.valid) {

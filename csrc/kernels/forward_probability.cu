@@ -133,11 +133,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   const A scale = a.scale;
 
   for (;;) {
-    const long long unit = next_unit(a.ws.ticket);
-    if (unit >= a.batch * a.nbands) return;
-    const BandUnit ticket = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
-    const int64_t b = ticket.b;
-    const int64_t band = ticket.band;
+    const TakenUnit unit = take_unit</*REVERSE=*/false>(a);
+    if (!unit.taken) return;
+    const int64_t b = unit.b, band = unit.band;
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     if (m == 0 || n == 0) {

@@ -834,6 +834,21 @@ WavefrontArgs<T, A> wavefront_args(const Problem& p, const Workspace& ws) {
   return a;
 }
 
+// The next unit a warp of a persistent pass takes, in ticket order
+// (band_of_ticket), the same for all lanes: pair b and band `band`, the
+// bottom band first in a reverse pass; `taken` false once the tickets run out.
+struct TakenUnit {
+  int64_t b, band;
+  bool taken;
+};
+template <bool REVERSE, typename T, typename A>
+__device__ __forceinline__ TakenUnit take_unit(const WavefrontArgs<T, A>& a) {
+  const long long unit = next_unit(a.ws.ticket);
+  if (unit >= a.batch * a.nbands) return {0, 0, false};
+  const BandUnit t = band_of_ticket(unit, a.batch, a.nbands, a.band_round);
+  return {t.b, REVERSE ? a.nbands - 1 - t.band : t.band, true};
+}
+
 // Dispatch on the element type: f<scalar_t, acc_t>().
 template <typename F>
 inline void dispatch_dtype(Dtype d, F&& f) {
