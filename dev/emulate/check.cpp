@@ -123,7 +123,6 @@ Problem problem_of(const Case& c, Inputs& in) {
 
 void run_backend(bool cuda, const Case& c, Inputs& in, Results& out) {
   Problem p = problem_of(c, in);
-  const int64_t MN = c.M * c.N;
   std::vector<unsigned char> hidden(hidden_elements(c.B, c.M, c.N, c.affine) * acc_bytes(c.dtype), 0xff);
   std::vector<int64_t> argmax(c.B, -7);
   std::vector<unsigned char> total(2 * c.B * acc_bytes(c.dtype), 0xff);
@@ -191,7 +190,6 @@ void run_backend(bool cuda, const Case& c, Inputs& in, Results& out) {
   } else {
     double_backward_cpu(p, d);
   }
-  (void)MN;
 }
 
 // Largest |a - b| over the largest |b| (NaN where exactly one side is NaN, or
