@@ -104,7 +104,7 @@ for stage in "$@"; do
           | tail -12 | tee -a "$SUMMARY"
       done ;;
     stalls)  # warp-state samples per source line and SASS instruction (dev/stall_ledger.py)
-      for k in ${STALL_KERNELS:-probability_forward backward_staged}; do
+      for k in ${STALL_KERNELS:-probability_forward reverse_staged}; do
         (cd /tmp && timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats \
           --import-source yes -k regex:$k -c 1 -f -o $OUT/stalls_$k \
           python3 $REPO/dev/ncu_step.py ${STALL_SHAPE:-256x512x512}) > $OUT/stalls_$k.log 2>&1

@@ -7,9 +7,10 @@
 // anti-diagonal to the first, a lane's last row takes what the row below
 // contributes from lane l+1 (one shuffle), and the band below hands its first
 // row's contributions up through global memory (tagged words). Two kernels:
-// backward_staged (one row per lane: the problems whose forward ran with one,
-// wavefront.cuh's rows_per_thread) reads the scores through shared memory and
-// writes the gradient back the same way; backward_wavefront (four rows per
+// reverse_staged with AdjointRow (one row per lane: the problems whose forward
+// ran with one, wavefront.cuh's rows_per_thread; the skeleton in reverse.cuh)
+// reads the scores through shared memory and writes the gradient back the
+// same way; backward_wavefront (four rows per
 // lane, tall log-domain problems) runs the bulk of a tall band unchecked in
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
@@ -300,282 +301,36 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 }
 
 
-// One row per lane (R = 1), the scores staged through shared memory a chunk
-// of 32 steps ahead (staging.cuh): each step leaves its d score / d S in the
-// slot over the score it read, and the finished chunk is stored a row at a
-// time (coalesced). H of the band comes from `hidden` (one coalesced run per
-// anti-diagonal) into a ring of 8 anti-diagonals in shared memory, copied
-// (cp.async, a group a step) 8 steps before it is read: groups complete in
-// order, so a step waits for the copies of its own three anti-diagonals
-// (wait_group 5), not for the latest copy, as a wait on a register loaded
-// from global memory would (every such load shares one scoreboard); the
-// neighbour's H is read from the ring instead of shuffled. H of the row
-// above the band comes a chunk ahead. Shared memory stays at the scores' two
-// slots and the ring (37 KB a block in float), so that 6 blocks of 4 warps
-// share an SM: while a band waits on the band below it others compute.
-constexpr int kHiddenRing = 8;
-// Bytes of shared memory of a block of backward_staged.
-template <typename T, typename A>
-constexpr size_t staged_backward_smem_bytes() {
-  return staging_smem_bytes<T, 1>() + size_t(kWarpsPerBlock) * kHiddenRing * kWarp * sizeof(A);
-}
-// The band edge between neighbouring bands goes over in groups of 8 columns,
-// not whole chunks: a band then starts ~31 + 8 steps after the band below it
-// instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
-// pipeline). The tags are per column, so the group is this pass's choice.
-constexpr int kEdgeGroup = 8;
-// Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
-// where the loop's extra live values would spill at the 80 registers of 6
-// blocks an SM (2-byte scores, gap tensors).
-template <typename T, bool GAP_TENSOR>
-constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
-
-template <typename T, typename A, bool HARD, bool SOFT, bool GAP_TENSOR>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, sizeof(A) == 8 ? 3 : 6)
-    backward_staged(const ReverseArgs<T, A> a) {
-  static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
-  using Cell = LinearCell<A, HARD>;
-  constexpr int kBandRows = kWarp;
-  constexpr int kPitch = kStagePitch<T>;
-  constexpr int kSlot = kBandRows * kPitch;
-  const int lane = threadIdx.x & (kWarp - 1);
-  using Edge = TaggedEdge<A>;
-  extern __shared__ __align__(16) unsigned char stage_bytes[];
-  T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, 1>;
-  // This warp's H ring: anti-diagonal t at (t mod 8) * 32, lane l's row at + l.
-  A* const hring = reinterpret_cast<A*>(stage_bytes + staging_smem_bytes<T, 1>()) +
-                   (threadIdx.x / kWarp) * kHiddenRing * kWarp;
-  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
-
-  for (;;) {
-    const TakenUnit unit = take_unit</*REVERSE=*/true>(a);
-    if (!unit.taken) return;
-    const int64_t b = unit.b, band = unit.band;
-    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
-    const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
-    const int64_t pair_offset = b * a.rows * a.cols;
-    if (!len.valid) {
-      if (band == 0) {
-        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
-        }
-      }
-      continue;
-    }
-    const int top = static_cast<int>(band) * kBandRows;
-    if (m == 0 || n == 0 || top >= m) continue;  // outputs were cleared
-    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
-    const bool has_above = band > 0;
-    const bool has_below = top + kBandRows < m;
-    const int64_t unit_id = b * a.nbands + band;
-    const unsigned long long* edge_below = edges + (unit_id + 1) * a.cols * Edge::kWords;
-    unsigned long long* edge_above = edges + unit_id * a.cols * Edge::kWords;
-    const A* const hidden = a.hidden + pair_offset + int64_t(top) * n + lane;
-    // The band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
-    const A* const hidden_above = a.hidden + pair_offset + int64_t(top - kBandRows) * n + kBandRows - 1;
-    const A g_out = load_as<A>(a.grad_score + b * a.grad_score_stride);
-    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
-    const int64_t target = a.argmax[b];
-    const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
-    const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
-    const bool row_ok = lane < rows_here;
-    const int r = top + lane;  // this lane's row of the pair
-    // "max": the step at which this lane reaches the argmax cell (-1: never).
-    const int target_t = r == target_r ? target_c + lane : -1;
-    const T* const band_scores = a.scores + pair_offset + int64_t(top) * a.cols;
-    T* const band_grads = a.grad_scores + pair_offset + int64_t(top) * a.cols;
-    T* const srow = stage + lane * kPitch + parallelogram_offset(band_scores, a.cols, lane);
-    const int steps = n + rows_here - 1;
-    const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
-
-    // H ring: slot d % 8 holds H on anti-diagonal d (0 outside the pair).
-    // Every step t, run or skipped, copies d = t - 8 into the slot it frees
-    // (t % 8, known at compile time in the unrolled steps) as one group;
-    // `next_slot` walks (d mod n) down with it.
-    const int t_top = chunks * kChunkSteps - 1;  // the last chunk's first step
-    int next_slot = (t_top - kHiddenRing) % n;
-    auto ring = [&](const int x, const int l) -> A { return hring[(x & (kHiddenRing - 1)) * kWarp + l]; };
-    auto copy_ring = [&](const int x, const int slot, const bool ok) {
-      copy_async<sizeof(A)>(hring + (x & (kHiddenRing - 1)) * kWarp + lane,
-                            ok ? hidden + int64_t(slot) * rows_here : a.hidden, ok);
-      copy_async_commit();
-    };
-    auto load_ring = [&](const int t, const int x, auto checked) {
-      const int c = t - kHiddenRing - lane;
-      copy_ring(x, next_slot, !decltype(checked)::value || (row_ok && c >= 0 && c < n));
-      next_slot = next_slot == 0 ? n - 1 : next_slot - 1;
-    };
-
-    // H of the row above the band on a chunk's columns 32q + l: this chunk's
-    // (up: column c, diag: column c - 1) and the next chunk's, loaded ahead.
-    A above_up = A(0), above_diag = A(0), next_up = A(0), next_diag = A(0);
-    auto load_above = [&](int q) {
-      const int c = kChunkSteps * q + lane;
-      next_up = next_diag = A(0);
-      if (!has_above || q < 0 || c - 1 >= n) return;
-      const int slot_up = (kBandRows - 1 + c) % n;
-      const int slot_diag = slot_up == 0 ? n - 1 : slot_up - 1;
-      next_up = c < n ? __ldg(hidden_above + int64_t(slot_up) * kBandRows) : A(0);
-      next_diag = c >= 1 ? __ldg(hidden_above + int64_t(slot_diag) * kBandRows) : A(0);
-    };
-    load_above(chunks - 1);
-
-    // Contributions E * p_k this lane's row made on the last two steps.
-    A m1 = A(0), m1p = A(0), m2 = A(0), m3 = A(0);
-    A below_reg = A(0);        // contributions of the band below (lane 31's columns, mod 32)
-    typename Edge::Words below_next;  // ... this lane's next group's, loaded ahead (or none yet)
-    EdgeChunk<A, 1> to_above;  // the band's top row's contributions, for the band above
-
-    // One reverse step on this lane's cell (r, t - lane) with score s
-    // (x = t mod 32, a constant in the unrolled chunks); returns its
-    // d score / d S (times g_out).
-    // Conditions on the step's place in its chunk use x: constants in the
-    // unrolled chunks. Lane 31's column c_last = t - 31 has c_last mod 32 =
-    // (x + 1) mod 32.
-    auto step = [&](const int t, const int x, const A s, const bool checked) {
-      const int c_last = t - (kBandRows - 1);
-      const int x_last = (x + 1) & (kWarp - 1);
-      // A group of the band below's contributions (kEdgeGroup columns, the
-      // lanes of its columns): at its last column, or at the pair's last
-      // column (only in checked chunks: c_last < n - 31 else).
-      if (has_below && ((x_last & (kEdgeGroup - 1)) == kEdgeGroup - 1 || (checked && c_last == n - 1)) &&
-          c_last >= 0 && c_last < n) {
-        const int c = (c_last & ~(kWarp - 1)) + lane;
-        const int first = c_last & ~(kEdgeGroup - 1);
-        if (c >= first && c <= c_last)
-          below_reg = Edge::get(edge_below + int64_t(c) * Edge::kWords, c, below_next);
-        // The next group's words (columns run downwards; after a chunk's
-        // first group, the last group of the chunk before), loaded a group
-        // ahead by the lanes that read them; not with 2-byte scores, whose
-        // staging code needs the registers (it would spill).
-        const int next = first - kEdgeGroup;
-        if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
-          below_next = Edge::Words::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * Edge::kWords);
-      }
-      const int l_up = lane > 0 ? lane - 1 : 0;  // the row above's lane (lane 0: the edge)
-      const A h = ring(x, lane);
-      const A left = ring(x - 1, lane);
-      const A up_lane = ring(x - 1, l_up);
-      const A diag_lane = ring(x - 2, l_up);
-      const A up_edge = __shfl_sync(kFullMask, above_up, x);
-      const A diag_edge = __shfl_sync(kFullMask, above_diag, x);
-      const A up = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
-      const A diag = lane != 0 ? diag_lane : diag_edge;
-      const A below = __shfl_sync(kFullMask, below_reg, x_last);
-      const A down_lane = __shfl_down_sync(kFullMask, m2 + m1p, 1);
-      const A down = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
-
-      const int c = t - lane;
-      A n1 = A(0), n2 = A(0), n3 = A(0), grad = A(0);
-      if (!checked || (c >= 0 && c < n && row_ok)) {
-        const A g = a.open.template at<GAP_TENSOR>(b, r, c);
-        const Weights<A> p = Cell::normalized_weights(h, diag + s, up + g, left + g);
-        A seed;
-        if constexpr (SOFT) seed = total.seed(h);
-        else seed = t == target_t ? A(1) : A(0);
-        const A E = seed + m3 + down;
-        n1 = E * p.p1;
-        n2 = E * p.p2;
-        n3 = E * p.p3;
-        grad = n1 * g_out;
-        if (GAP_TENSOR && a.grad_open)
-          a.grad_open[pair_offset + int64_t(r) * a.cols + c] = store_as<T>((n2 + n3) * g_out);
-      }
-      // Lane 0's row is the band's top row: hand its contributions up.
-      if (has_above) {
-        to_above.collect(0, n2 + m1, 0, x, lane);
-        // Columns run downwards: a group is done at its first column.
-        if ((x & (kEdgeGroup - 1)) == 0 && t < n)
-          to_above.store(edge_above, t, min(t + kEdgeGroup - 1, n - 1), lane);
-      }
-      m1p = m1;
-      m1 = n1;
-      m2 = n2;
-      m3 = n3;
-      return grad;
-    };
-
-    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), 8 at a time
-    // in a loop, unrolled within: the ring's slot and the step's place in an
-    // edge group (x mod 8) are then known at compile time, and the kernel's
-    // code stays small enough for the instruction cache (a chunk unrolled
-    // whole made ~12,000 instructions).
-    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
-    static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
-                      kChunkSteps % kUnrolled == 0,
-                  "x mod 8 is a constant of the unrolled steps");
-    auto run_chunk = [&](const int q, auto checked) {
-      constexpr bool kChecked = decltype(checked)::value;
-      T* const slot = srow + (q & 1) * kSlot;
-      const int t0 = q * kChunkSteps;
-#pragma unroll 1
-      for (int x0 = kChunkSteps - kUnrolled; x0 >= 0; x0 -= kUnrolled) {
-#pragma unroll
-        for (int j = kUnrolled - 1; j >= 0; --j) {
-          const int x = x0 + j;
-          const int t = t0 + x;
-          // Steps t, t - 1, t - 2 of the ring (copied 8, 7, 6 steps ago) and
-          // the chunk's scores (staged a chunk before) have landed, for every
-          // lane: the 5 groups since may still be in flight.
-          copy_async_wait<kHiddenRing - 3>();
-          __syncwarp();
-          if (!kChecked || t < steps) {
-            const A grad = step(t, x, scaled(to_acc<A>(slot[x]), a.scale), kChecked);
-            const int c = t - lane;
-            if (!kChecked || (c >= 0 && c < n && row_ok)) slot[x] = store_as<T>(grad);
-          }
-          load_ring(t, x, checked);
-        }
-      }
-    };
-
-    auto stage_chunk = [&](int q) {
-      stage_parallelogram<T, 1>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
-                                a.scores, a.scores_end, lane);
-    };
-    // The first two chunks' scores, then the ring's first 8 anti-diagonals
-    // (t_top .. t_top - 7): groups complete in order, so a step's wait for
-    // its ring slots covers its chunk's scores too.
-    stage_chunk(chunks - 1);
-    if (chunks > 1) stage_chunk(chunks - 2);
-#pragma unroll
-    for (int i = 0; i < kHiddenRing; ++i) {
-      const int d = t_top - i, c = d - lane;
-      copy_ring(kChunkSteps - 1 - i, d % n, row_ok && c >= 0 && c < n);
-    }
-    for (int q = chunks - 1; q >= 0; --q) {
-      const int t0 = q * kChunkSteps;
-      above_up = next_up;
-      above_diag = next_diag;
-      load_above(q - 1);
-      // Unchecked: every cell of every lane inside the pair, also the
-      // anti-diagonals 8 steps below (loaded in the chunk) for every lane.
-      const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 + kHiddenRing &&
-                             t0 + kChunkSteps <= n;
-      if (unchecked) run_chunk(q, std::false_type{});
-      else run_chunk(q, std::true_type{});
-      __syncwarp();  // every lane's results are in the slot
-      flush_parallelogram(stage + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
-                          [&](int row) { return parallelogram_offset(band_scores, a.cols, row); },
-                          lane);
-      __syncwarp();  // the slot is free again
-      if (q >= 2) stage_chunk(q - 2);
-    }
-    copy_async_wait<0>();  // the ring's last (empty) copies, before the next band's
-    __syncwarp();
+// The backward's row of the staged reverse skeleton (reverse.cuh, one row per
+// lane): E from the seed and what the cell's readers handed it, E p_k to the
+// cells it read; d score / d S = g_out E p1 into the slot and, with gap
+// tensors, d score / d g = g_out E (p2 + p3).
+template <typename A, bool HARD>
+struct AdjointRow {
+  static constexpr int kValues = 1, kPlanes = 1, kStaged = 1;
+  // Registers for 6 blocks an SM (3 in double), as the shared memory allows.
+  static constexpr int kMinBlocks = sizeof(A) == 8 ? 3 : 6;
+  A g_out;
+  template <typename T>
+  __device__ AdjointRow(const ReverseArgs<T, A>& a, int64_t b)
+      : g_out(load_as<A>(a.grad_score + b * a.grad_score_stride)) {}
+  template <typename T> __device__ void invalid(const ReverseArgs<T, A>&, int64_t, int) {}
+  template <typename T> __device__ void empty(const ReverseArgs<T, A>&, int64_t, int) {}
+  template <typename T> __device__ void finish(const ReverseArgs<T, A>&, int64_t, int64_t, int64_t, int64_t) {}
+  template <bool SOFT, bool GAP_TENSOR, typename T>
+  __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c, const ReverseStencil<A, 1>& h,
+                    const A (&in)[1], A g, A seed, const A (&take)[2][1], A (&give)[3][1]) {
+    const Weights<A> p =
+        LinearCell<A, HARD>::normalized_weights(h.here[0], h.diag[0] + in[0], h.up[0] + g, h.left[0] + g);
+    const A E = seed + take[0][0] + take[1][0];
+    give[0][0] = E * p.p1;
+    give[1][0] = E * p.p2;
+    give[2][0] = E * p.p3;
+    if (GAP_TENSOR && a.grad_open)
+      a.grad_open[(b * a.rows + r) * a.cols + c] = store_as<T>((give[1][0] + give[2][0]) * g_out);
+    return give[0][0] * g_out;
   }
-}
-
-// SOFTSW_STAGED_BACKWARD=0 runs backward_wavefront instead (for benchmarks
-// of the choice).
-inline bool staged_backward() {
-  static const bool on = [] {
-    const char* e = std::getenv("SOFTSW_STAGED_BACKWARD");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
-  return on;
-}
+};
 
 }  // namespace cuda
 
@@ -599,13 +354,15 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       if constexpr (r() == 1) {
         if (staged_backward()) {
+          using Row = AdjointRow<A, hard_c()>;
+          constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
           if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
             if (k.soft_reduction)
-              return launch_persistent<backward_staged<T, A, false, true, gap_tensor()>>(
-                  k, s, "backward_staged", staged_backward_smem_bytes<T, A>());
+              return launch_persistent<reverse_staged<T, A, Row, true, gap_tensor()>>(
+                  k, s, "reverse_staged (backward)", smem);
           }
-          return launch_persistent<backward_staged<T, A, hard_c(), false, gap_tensor()>>(
-              k, s, "backward_staged", staged_backward_smem_bytes<T, A>());
+          return launch_persistent<reverse_staged<T, A, Row, false, gap_tensor()>>(
+              k, s, "reverse_staged (backward)", smem);
         }
       }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(

@@ -9,7 +9,10 @@
 //    reduction="soft" also the seed's tangent sdot = sum_ij q_ij Hdot_ij,
 //    q = 2^(H - total) (kernel units), per pair (seed_tangent_cuda).
 //
-// 2. reverse_tangent_wavefront (backward order, backward.cu's skeleton): the
+// 2. The reverse pass (backward order): reverse_staged with TangentAdjointRow
+//    (reverse.cuh's skeleton, S and W staged through shared memory) where
+//    the forward ran one row per lane, else reverse_tangent_wavefront (four
+//    rows per lane, tall log-domain problems). It carries the
 //    adjoint E of backward.cu and its tangent
 //      Edot = e0dot + sum over readers r of (Edot[r] p_k(r) + E[r] pdot_k(r)),
 //      pdot_k = p_k (vdot_k - Hdot) / T,  e0dot = q (Hdot - sdot) / T (soft), 0 (max),
@@ -275,6 +278,70 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+// The double backward's row of the staged reverse skeleton (reverse.cuh, one
+// row per lane): the cell of reverse_tangent_wavefront above. Planes H and
+// Hdot, inputs S and W; E and Edot carried; the HVP's d/dS share into the
+// slot, its gap share to grad_open, <W, A> summed per lane and merged per
+// pair at the band's end. HARD: E alone (planes H, values E), for <W, A>; the
+// slot gets 0 (the HVP is zero).
+template <typename A, bool HARD>
+struct TangentAdjointRow {
+  static constexpr int kValues = HARD ? 1 : 2, kPlanes = HARD ? 1 : 2, kStaged = 2;
+  // Twice the backward's shared memory (two inputs, two rings): 3 blocks an
+  // SM in float, 1 in double.
+  static constexpr int kMinBlocks = sizeof(A) == 8 ? 1 : 3;
+  A g_out, sdot, inv_t;
+  A share = A(0);  // this lane's part of the band's <W, A>
+  template <typename T>
+  __device__ TangentAdjointRow(const ReverseArgs<T, A>& a, int64_t b)
+      : g_out(load_as<A>(a.grad_score + b * a.grad_score_stride)),
+        sdot(!HARD && a.soft_reduction ? a.sdot[b] : A(0)),
+        inv_t(a.inv_t) {}
+  template <typename T>
+  __device__ void invalid(const ReverseArgs<T, A>& a, int64_t b, int lane) {
+    if (lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
+  }
+  template <typename T>
+  __device__ void empty(const ReverseArgs<T, A>& a, int64_t b, int lane) {
+    if (lane == 0) a.grad_grad_score[b] = store_as<T>(A(0));
+  }
+  template <typename T>
+  __device__ void finish(const ReverseArgs<T, A>& a, int64_t unit_id, int64_t band, int64_t last,
+                         int64_t b) {
+    merge_band_shares(a.ws, unit_id, band, last, share, b, a.grad_grad_score);
+  }
+  template <bool SOFT, bool GAP_TENSOR, typename T>
+  __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c,
+                    const ReverseStencil<A, kPlanes>& h, const A (&in)[2], A g, A seed,
+                    const A (&take)[2][kValues], A (&give)[3][kValues]) {
+    const Weights<A> p =
+        LinearCell<A, HARD>::normalized_weights(h.here[0], h.diag[0] + in[0], h.up[0] + g, h.left[0] + g);
+    const A E = seed + take[0][0] + take[1][0];
+    give[0][0] = E * p.p1;
+    give[1][0] = E * p.p2;
+    give[2][0] = E * p.p3;
+    const int64_t e = (b * a.rows + r) * a.cols + c;
+    const A w_s = in[1];
+    const A w_g = GAP_TENSOR && a.dir_open ? load_as<A>(a.dir_open + e) : A(0);
+    share += w_s * give[0][0] + w_g * (give[1][0] + give[2][0]);
+    if constexpr (HARD) {
+      return A(0);
+    } else {
+      const A hd = h.here[1];
+      const A pd1 = p.p1 * (h.diag[1] + w_s - hd) * inv_t;
+      const A pd2 = p.p2 * (h.up[1] + w_g - hd) * inv_t;
+      const A pd3 = p.p3 * (h.left[1] + w_g - hd) * inv_t;
+      const A seed_d = SOFT ? seed * (hd - sdot) * inv_t : A(0);
+      const A Ed = seed_d + take[0][1] + take[1][1];
+      give[0][1] = Ed * p.p1 + E * pd1;
+      give[1][1] = Ed * p.p2 + E * pd2;
+      give[2][1] = Ed * p.p3 + E * pd3;
+      if (GAP_TENSOR && a.grad_open) a.grad_open[e] = store_as<T>((give[1][1] + give[2][1]) * g_out);
+      return give[0][1] * g_out;
+    }
+  }
+};
+
 template <typename T, typename A, int R, bool HARD>
 void launch_reverse_tangent(const ReverseArgs<T, A>& args, cudaStream_t stream) {
   launch_persistent<reverse_tangent_wavefront<T, A, R, HARD>>(args, stream, "reverse_tangent_wavefront");
@@ -309,7 +376,19 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     const int r = rows_per_thread(p);
     if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
     clear_workspace(p, k.ws, s);  // the tags of the edges too
-    if (hard) {
+    if (r == 1 && staged_backward()) {
+      dispatch_variant<A, false>(p, hard, [&](auto, auto hard_c, auto gap_tensor) {
+        using Row = TangentAdjointRow<A, hard_c()>;
+        constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
+        if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
+          if (k.soft_reduction)
+            return launch_persistent<reverse_staged<T, A, Row, true, gap_tensor()>>(
+                k, s, "reverse_staged (double backward)", smem);
+        }
+        launch_persistent<reverse_staged<T, A, Row, false, gap_tensor()>>(
+            k, s, "reverse_staged (double backward)", smem);
+      });
+    } else if (hard) {
       if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);
       else launch_reverse_tangent<T, A, 4, true>(k, s);
     } else {

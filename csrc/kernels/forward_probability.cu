@@ -86,11 +86,8 @@ struct ScaledEdge {
   // `early`: the column's words loaded before (a chunk ahead), or none.
   __device__ static void get(const unsigned long long* column, int col, A& m, A& e, Words early) {
     const Words word = early.settle(column, col);
-    uint32_t bits[kWords];
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) bits[w] = word.bits(w);
-    memcpy(&m, bits, sizeof(A));
-    memcpy(&e, bits + kValueWords, sizeof(A));
+    m = tagged_value<A>(word, 0);
+    e = tagged_value<A>(word, kValueWords);
   }
 };
 

@@ -1,11 +1,13 @@
 // What the CUDA reverse passes share: their one argument struct, filled in one
-// place (reverse_args), and the merge of the double backward's <W, A>. The
-// passes: backward.cu (linear backward), affine.cu (affine backward, and its
-// double-backward reverse pass), double_backward.cu (linear reverse tangent
-// pass).
+// place (reverse_args), the merge of the double backward's <W, A>, and the
+// staged reverse skeleton (reverse_staged, one row per lane) with its row
+// types in the passes. The passes: backward.cu (linear backward), affine.cu
+// (affine backward, and its double-backward reverse pass), double_backward.cu
+// (linear reverse tangent pass).
 #pragma once
 
 #include "problem.h"
+#include "staging.cuh"
 #include "wavefront.cuh"
 
 namespace softsw {
@@ -109,6 +111,388 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
     acc += A(__ldcg(&ws.partials[unit_id + k].a));
   }
   out[b] = store_as<T>(acc);
+}
+
+
+// --------------------------------------------------------------------------
+// The staged reverse skeleton (one row per lane)
+// --------------------------------------------------------------------------
+//
+// One skeleton, row types for what a pass carries (as forward.cu has for the
+// gap models):
+//  * AdjointRow (backward.cu): the adjoint E = d score / d H; writes
+//    d score / d S (and the gap's with gap tensors).
+//  * TangentAdjointRow (double_backward.cu): E and its tangent Edot along the
+//    direction, reading the tangent pass's Hdot beside H and the direction W
+//    beside S; writes the Hessian-vector product and sums <W, A>.
+// A row's cell gets its stencil of the saved planes (Row::kPlanes: H, Hdot),
+// its staged inputs (Row::kStaged: S in kernel units, W as given), the gap,
+// the seed and what its readers handed it (`take`: the cell to its right's
+// share, the row below's; one per carried value, Row::kValues), and returns
+// what it hands the three cells it read (`give`: diagonal, up, left) and its
+// result for the slot. A row object lives for one band: it may hold per-pair
+// values and sums (Row::finish).
+//
+// The scores (and W) reach the warp through shared memory a chunk of 32 steps
+// ahead (staging.cuh): each step leaves its result in the slot over the score
+// it read, and the finished chunk is stored a row at a time (coalesced). The
+// planes come from the forward's (tangent pass's) band layout (one coalesced
+// run per anti-diagonal) into a ring of 8 anti-diagonals in shared memory,
+// copied (cp.async, a group a step) 8 steps before they are read: groups
+// complete in order, so a step waits for the copies of its own three
+// anti-diagonals (wait_group 5), not for the latest copy, as a wait on a
+// register loaded from global memory would (every such load shares one
+// scoreboard); the neighbour's values are read from the ring instead of
+// shuffled. The row above the band comes a chunk ahead. For the backward,
+// shared memory stays at the scores' two slots and the ring (37 KB a block in
+// float), so that 6 blocks of 4 warps share an SM: while a band waits on the
+// band below it others compute.
+constexpr int kHiddenRing = 8;
+// The band edge between neighbouring bands goes over in groups of 8 columns,
+// not whole chunks: a band then starts ~31 + 8 steps after the band below it
+// instead of ~31 + 32 (with 16 bands a pair, fewer warps wait on the band
+// pipeline). The tags are per column, so the group is this pass's choice.
+constexpr int kEdgeGroup = 8;
+
+// What a reverse cell reads of saved plane p around it: its own value, the
+// cells above, on the diagonal and to the left.
+template <typename A, int P>
+struct ReverseStencil {
+  A here[P], up[P], diag[P], left[P];
+};
+
+// Bytes of shared memory of a block of reverse_staged with row type Row.
+template <typename T, typename A, typename Row>
+constexpr size_t staged_reverse_smem_bytes() {
+  return Row::kStaged * staging_smem_bytes<T, 1>() +
+         size_t(kWarpsPerBlock) * Row::kPlanes * kHiddenRing * kWarp * sizeof(A);
+}
+
+// Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
+// where the loop's extra live values would spill at the 80 registers of 6
+// blocks an SM (2-byte scores, gap tensors).
+template <typename T, bool GAP_TENSOR>
+constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
+
+template <typename T, typename A, typename Row, bool SOFT, bool GAP_TENSOR>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
+    reverse_staged(const ReverseArgs<T, A> a) {
+  static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
+  constexpr int kBandRows = kWarp;
+  constexpr int kPitch = kStagePitch<T>;
+  constexpr int kSlot = kBandRows * kPitch;
+  constexpr int P = Row::kPlanes, V = Row::kValues, I = Row::kStaged;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int warp = threadIdx.x / kWarp;
+  // A column of the band edge: the V values handed up, each a tagged word (or two).
+  using Edge = TaggedEdge<A>;
+  using EdgeWords = TaggedWords<V * Edge::kWords>;
+  constexpr int kColumnWords = V * Edge::kWords;
+  // Shared memory: input i's staging (all warps), then the warps' rings.
+  extern __shared__ __align__(16) unsigned char stage_bytes[];
+  T* stage[I];
+#pragma unroll
+  for (int i = 0; i < I; ++i)
+    stage[i] = reinterpret_cast<T*>(stage_bytes + i * staging_smem_bytes<T, 1>()) +
+               warp * kStageElements<T, 1>;
+  // This warp's ring of plane p: anti-diagonal t at (t mod 8) * 32, lane l's row at + l.
+  A* const rings = reinterpret_cast<A*>(stage_bytes + I * staging_smem_bytes<T, 1>()) +
+                   warp * P * kHiddenRing * kWarp;
+  unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
+  const A* planes[P];  // plane p of every pair
+  const T* inputs[I];  // input i (nullptr: zeros), and its tensor's end
+  const T* inputs_end[I];
+  {
+    const A* all_planes[2] = {a.hidden, a.hdot};
+    const T* all_inputs[2] = {a.scores, a.dir_scores};
+#pragma unroll
+    for (int p = 0; p < P; ++p) planes[p] = all_planes[p];
+#pragma unroll
+    for (int i = 0; i < I; ++i) {
+      inputs[i] = all_inputs[i];
+      inputs_end[i] = i == 0 || !all_inputs[i] ? a.scores_end : all_inputs[i] + a.batch * a.rows * a.cols;
+    }
+  }
+
+  for (;;) {
+    const TakenUnit unit = take_unit</*REVERSE=*/true>(a);
+    if (!unit.taken) return;
+    const int64_t b = unit.b, band = unit.band;
+    const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
+    const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
+    const int64_t pair_offset = b * a.rows * a.cols;
+    Row row(a, b);
+    if (!len.valid) {
+      if (band == 0) {
+        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
+          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
+          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
+        }
+        row.invalid(a, b, lane);
+      }
+      continue;
+    }
+    if (m == 0 || n == 0) {  // outputs were cleared
+      if (band == 0) row.empty(a, b, lane);
+      continue;
+    }
+    const int top = static_cast<int>(band) * kBandRows;
+    if (top >= m) continue;  // outputs were cleared
+    const int rows_here = m - top < kBandRows ? m - top : kBandRows;
+    const bool has_above = band > 0;
+    const bool has_below = top + kBandRows < m;
+    const int64_t unit_id = b * a.nbands + band;
+    const unsigned long long* edge_below = edges + (unit_id + 1) * a.cols * kColumnWords;
+    unsigned long long* edge_above = edges + unit_id * a.cols * kColumnWords;
+    const PairTotal<A> total = PairTotal<A>::load(a.total, b);
+    const int64_t target = a.argmax[b];
+    const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
+    const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
+    const bool row_ok = lane < rows_here;
+    const int r = top + lane;  // this lane's row of the pair
+    // "max": the step at which this lane reaches the argmax cell (-1: never).
+    const int target_t = r == target_r ? target_c + lane : -1;
+    const int64_t band_offset = pair_offset + int64_t(top) * a.cols;
+    T* const band_grads = a.grad_scores + band_offset;
+    bool staged[I];  // input i is read (else zeros)
+    T* srow[I];      // this lane's row of input i's first slot
+#pragma unroll
+    for (int i = 0; i < I; ++i) {
+      staged[i] = inputs[i] != nullptr;
+      srow[i] = stage[i] + lane * kPitch +
+                (staged[i] ? parallelogram_offset(inputs[i] + band_offset, a.cols, lane) : 0);
+    }
+    const int steps = n + rows_here - 1;
+    const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
+
+    // Rings: slot d % 8 holds plane p on anti-diagonal d (0 outside the pair).
+    // Every step t, run or skipped, copies d = t - 8 into the slot it frees
+    // (t % 8, known at compile time in the unrolled steps) as one group;
+    // `next_slot` walks (d mod n) down with it.
+    const int t_top = chunks * kChunkSteps - 1;  // the last chunk's first step
+    int next_slot = (t_top - kHiddenRing) % n;
+    auto ring = [&](const int p, const int x, const int l) -> A {
+      return rings[(p * kHiddenRing + (x & (kHiddenRing - 1))) * kWarp + l];
+    };
+    const A* band_plane[P];  // plane p of this band, this lane's row
+#pragma unroll
+    for (int p = 0; p < P; ++p) band_plane[p] = planes[p] + pair_offset + int64_t(top) * n + lane;
+    auto copy_ring = [&](const int x, const int slot, const bool ok) {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        copy_async<sizeof(A)>(rings + (p * kHiddenRing + (x & (kHiddenRing - 1))) * kWarp + lane,
+                              ok ? band_plane[p] + int64_t(slot) * rows_here : planes[p], ok);
+      copy_async_commit();
+    };
+    auto load_ring = [&](const int t, const int x, auto checked) {
+      const int c = t - kHiddenRing - lane;
+      copy_ring(x, next_slot, !decltype(checked)::value || (row_ok && c >= 0 && c < n));
+      next_slot = next_slot == 0 ? n - 1 : next_slot - 1;
+    };
+
+    // The planes of the row above the band on a chunk's columns 32q + l: this
+    // chunk's (up: column c, diag: column c - 1) and the next chunk's, loaded
+    // ahead. The band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
+    A above_up[P], above_diag[P], next_up[P], next_diag[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) above_up[p] = above_diag[p] = next_up[p] = next_diag[p] = A(0);
+    auto load_above = [&](int q) {
+      const int c = kChunkSteps * q + lane;
+#pragma unroll
+      for (int p = 0; p < P; ++p) next_up[p] = next_diag[p] = A(0);
+      if (!has_above || q < 0 || c - 1 >= n) return;
+      const int slot_up = (kBandRows - 1 + c) % n;
+      const int slot_diag = slot_up == 0 ? n - 1 : slot_up - 1;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const A* above = planes[p] + pair_offset + int64_t(top - kBandRows) * n + kBandRows - 1;
+        next_up[p] = c < n ? __ldg(above + int64_t(slot_up) * kBandRows) : A(0);
+        next_diag[p] = c >= 1 ? __ldg(above + int64_t(slot_diag) * kBandRows) : A(0);
+      }
+    };
+    load_above(chunks - 1);
+
+    // What this lane's row handed on the last two steps: m1 (this step's
+    // diagonal share), m1p (the step before's), m2 (up), m3 (left); each a
+    // value per carried value.
+    A m1[V], m1p[V], m2[V], m3[V];
+    A below_reg[V];       // the band below's contributions (lane 31's columns, mod 32)
+#pragma unroll
+    for (int v = 0; v < V; ++v) m1[v] = m1p[v] = m2[v] = m3[v] = below_reg[v] = A(0);
+    EdgeWords below_next;  // ... this lane's next group's, loaded ahead (or none yet)
+    EdgeChunk<A, V> to_above;  // the band's top row's contributions, for the band above
+
+    // One reverse step on this lane's cell (r, t - lane) with inputs `in`
+    // (x = t mod 32, a constant in the unrolled chunks); returns the cell's
+    // result for the slot. Conditions on the step's place in its chunk use x:
+    // constants in the unrolled chunks. Lane 31's column c_last = t - 31 has
+    // c_last mod 32 = (x + 1) mod 32.
+    auto step = [&](const int t, const int x, const A (&in)[I], const bool checked) {
+      const int c_last = t - (kBandRows - 1);
+      const int x_last = (x + 1) & (kWarp - 1);
+      // A group of the band below's contributions (kEdgeGroup columns, the
+      // lanes of its columns): at its last column, or at the pair's last
+      // column (only in checked chunks: c_last < n - 31 else).
+      if (has_below && ((x_last & (kEdgeGroup - 1)) == kEdgeGroup - 1 || (checked && c_last == n - 1)) &&
+          c_last >= 0 && c_last < n) {
+        const int c = (c_last & ~(kWarp - 1)) + lane;
+        const int first = c_last & ~(kEdgeGroup - 1);
+        if (c >= first && c <= c_last) {
+          const EdgeWords w = below_next.settle(edge_below + int64_t(c) * kColumnWords, c);
+#pragma unroll
+          for (int v = 0; v < V; ++v) below_reg[v] = tagged_value<A>(w, v * Edge::kWords);
+        }
+        // The next group's words (columns run downwards; after a chunk's
+        // first group, the last group of the chunk before), loaded a group
+        // ahead by the lanes that read them; not with 2-byte scores, whose
+        // staging code needs the registers (it would spill).
+        const int next = first - kEdgeGroup;
+        if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
+          below_next = EdgeWords::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * kColumnWords);
+      }
+      const int l_up = lane > 0 ? lane - 1 : 0;  // the row above's lane (lane 0: the edge)
+      ReverseStencil<A, P> h;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        h.here[p] = ring(p, x, lane);
+        h.left[p] = ring(p, x - 1, lane);
+        const A up_lane = ring(p, x - 1, l_up);
+        const A diag_lane = ring(p, x - 2, l_up);
+        const A up_edge = __shfl_sync(kFullMask, above_up[p], x);
+        const A diag_edge = __shfl_sync(kFullMask, above_diag[p], x);
+        h.up[p] = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
+        h.diag[p] = lane != 0 ? diag_lane : diag_edge;
+      }
+      A take[2][V];  // what the cell's readers handed it: the cell to its right, the row below
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const A below = __shfl_sync(kFullMask, below_reg[v], x_last);
+        const A down_lane = __shfl_down_sync(kFullMask, m2[v] + m1p[v], 1);
+        take[0][v] = m3[v];
+        take[1][v] = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
+      }
+
+      const int c = t - lane;
+      A give[3][V] = {};
+      A result = A(0);
+      if (!checked || (c >= 0 && c < n && row_ok)) {
+        const A g = a.open.template at<GAP_TENSOR>(b, r, c);
+        A seed;
+        if constexpr (SOFT) seed = total.seed(h.here[0]);
+        else seed = t == target_t ? A(1) : A(0);
+        result = row.template cell<SOFT, GAP_TENSOR>(a, b, r, c, h, in, g, seed, take, give);
+      }
+      // Lane 0's row is the band's top row: hand its contributions up.
+      if (has_above) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) to_above.collect(v, give[1][v] + m1[v], 0, x, lane);
+        // Columns run downwards: a group is done at its first column.
+        if ((x & (kEdgeGroup - 1)) == 0 && t < n)
+          to_above.store(edge_above, t, min(t + kEdgeGroup - 1, n - 1), lane);
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        m1p[v] = m1[v];
+        m1[v] = give[0][v];
+        m2[v] = give[1][v];
+        m3[v] = give[2][v];
+      }
+      return result;
+    };
+
+    // Chunk q: steps 32q + 31 down to 32q (those below `steps`), 8 at a time
+    // in a loop, unrolled within: the ring's slot and the step's place in an
+    // edge group (x mod 8) are then known at compile time, and the kernel's
+    // code stays small enough for the instruction cache (a chunk unrolled
+    // whole made ~12,000 instructions).
+    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
+    static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
+                      kChunkSteps % kUnrolled == 0,
+                  "x mod 8 is a constant of the unrolled steps");
+    auto run_chunk = [&](const int q, auto checked) {
+      constexpr bool kChecked = decltype(checked)::value;
+      const int t0 = q * kChunkSteps;
+      const int slot = (q & 1) * kSlot;
+#pragma unroll 1
+      for (int x0 = kChunkSteps - kUnrolled; x0 >= 0; x0 -= kUnrolled) {
+#pragma unroll
+        for (int j = kUnrolled - 1; j >= 0; --j) {
+          const int x = x0 + j;
+          const int t = t0 + x;
+          // Steps t, t - 1, t - 2 of the rings (copied 8, 7, 6 steps ago) and
+          // the chunk's inputs (staged a chunk before) have landed, for every
+          // lane: the 5 groups since may still be in flight.
+          copy_async_wait<kHiddenRing - 3>();
+          __syncwarp();
+          if (!kChecked || t < steps) {
+            A in[I];
+            in[0] = scaled(to_acc<A>(srow[0][slot + x]), a.scale);
+#pragma unroll
+            for (int i = 1; i < I; ++i) in[i] = staged[i] ? to_acc<A>(srow[i][slot + x]) : A(0);
+            const A result = step(t, x, in, kChecked);
+            const int c = t - lane;
+            if (!kChecked || (c >= 0 && c < n && row_ok)) srow[0][slot + x] = store_as<T>(result);
+          }
+          load_ring(t, x, checked);
+        }
+      }
+    };
+
+    auto stage_chunk = [&](int q) {
+#pragma unroll
+      for (int i = 0; i < I; ++i)
+        if (staged[i])
+          stage_parallelogram<T, 1>(stage[i] + (q & 1) * kSlot, inputs[i] + band_offset, a.cols, q,
+                                    rows_here, n, inputs[i], inputs_end[i], lane);
+    };
+    // The first two chunks' inputs, then the rings' first 8 anti-diagonals
+    // (t_top .. t_top - 7): groups complete in order, so a step's wait for
+    // its ring slots covers its chunk's inputs too.
+    stage_chunk(chunks - 1);
+    if (chunks > 1) stage_chunk(chunks - 2);
+#pragma unroll
+    for (int i = 0; i < kHiddenRing; ++i) {
+      const int d = t_top - i, c = d - lane;
+      copy_ring(kChunkSteps - 1 - i, d % n, row_ok && c >= 0 && c < n);
+    }
+    for (int q = chunks - 1; q >= 0; --q) {
+      const int t0 = q * kChunkSteps;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        above_up[p] = next_up[p];
+        above_diag[p] = next_diag[p];
+      }
+      load_above(q - 1);
+      // Unchecked: every cell of every lane inside the pair, also the
+      // anti-diagonals 8 steps below (loaded in the chunk) for every lane.
+      const bool unchecked = rows_here == kBandRows && t0 >= kBandRows - 1 + kHiddenRing &&
+                             t0 + kChunkSteps <= n;
+      if (unchecked) run_chunk(q, std::false_type{});
+      else run_chunk(q, std::true_type{});
+      __syncwarp();  // every lane's results are in the slot
+      flush_parallelogram(stage[0] + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
+                          [&](int row_) { return parallelogram_offset(a.scores + band_offset, a.cols, row_); },
+                          lane);
+      __syncwarp();  // the slot is free again
+      if (q >= 2) stage_chunk(q - 2);
+    }
+    copy_async_wait<0>();  // the rings' last (empty) copies, before the next band's
+    __syncwarp();
+    row.finish(a, unit_id, band, (m - 1) / kBandRows, b);
+  }
+}
+
+
+// SOFTSW_STAGED_BACKWARD=0 runs the problems of one row per lane on the
+// unstaged kernels of the tall problems too (backward_wavefront,
+// reverse_tangent_wavefront) instead of reverse_staged: for benchmarks of the
+// choice, and the emulation's check of those kernels on every shape.
+inline bool staged_backward() {
+  static const bool on = [] {
+    const char* e = std::getenv("SOFTSW_STAGED_BACKWARD");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
 }
 
 }  // namespace cuda

@@ -502,6 +502,19 @@ struct TaggedWords {
   __device__ uint32_t bits(int k) const { return static_cast<uint32_t>(word[k]); }
 };
 
+// The value of type A whose words start at word `first` of `w` (a column's
+// tagged words may hold several values, EdgeChunk's layout).
+template <typename A, int K>
+__device__ __forceinline__ A tagged_value(const TaggedWords<K>& w, int first) {
+  constexpr int kWords = sizeof(A) / 4;
+  uint32_t bits[kWords];
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) bits[k] = w.bits(first + k);
+  A value;
+  memcpy(&value, bits, sizeof(A));
+  return value;
+}
+
 template <typename A>
 struct TaggedEdge {
   static constexpr int kWords = sizeof(A) / 4;
@@ -517,13 +530,7 @@ struct TaggedEdge {
 
   // `early`: the slot's words loaded before (a chunk ahead), or none.
   __device__ static A get(const unsigned long long* slot, int column, Words early) {
-    const Words w = early.settle(slot, column);
-    uint32_t bits[kWords];
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) bits[k] = w.bits(k);
-    A value;
-    memcpy(&value, bits, sizeof(A));
-    return value;
+    return tagged_value<A>(early.settle(slot, column), 0);
   }
   // Polled from the start.
   __device__ static A get(const unsigned long long* slot, int column) {
