@@ -29,12 +29,23 @@ def main():
             (ref_grad,) = torch.autograd.grad(ref.sum(), xr)
             gerr = (grad.double().cpu() - ref_grad).abs().max().item()
             print(f"training {dtype} {reduction}: grad err {gerr:.2e}", flush=True)
-    S = torch.randn(2, 40, 50, device="cuda", requires_grad=True)
-    score = softsw.align(S, -1.0, 0.8, reduction="soft")
-    (grad,) = torch.autograd.grad(score.sum(), S, create_graph=True)
-    (hvp,) = torch.autograd.grad((grad * torch.randn_like(grad)).sum(), S)
-    torch.cuda.synchronize()
-    print("training step and HVP: ok", flush=True)
+    # HVPs (the staged reverse pass with TangentAdjointRow): both reductions,
+    # a gap tensor (its second derivatives too), 2-byte scores, T = 0.
+    for dtype, reduction, gap_tensor, temperature in (
+            (torch.float32, "soft", False, 0.8), (torch.float32, "max", True, 1.0),
+            (torch.bfloat16, "soft", True, 1.0), (torch.float64, "max", False, 1.0),
+            (torch.float32, "max", False, 0.0)):
+        S = torch.randn(2, 40, 50, device="cuda", dtype=dtype, requires_grad=True)
+        gap = (torch.full((2, 40, 50), -1.0, device="cuda", dtype=dtype, requires_grad=True)
+               if gap_tensor else -1.0)
+        inputs = [S, gap] if gap_tensor else [S]
+        score = softsw.align(S, gap, temperature, reduction=reduction)
+        grads = torch.autograd.grad(score.sum(), inputs, create_graph=True)
+        loss = sum((g * torch.randn_like(g)).sum() for g in grads)
+        if loss.requires_grad:
+            torch.autograd.grad(loss, inputs)
+        torch.cuda.synchronize()
+        print(f"HVP {dtype} {reduction} gap tensor {gap_tensor} T {temperature}: ok", flush=True)
 
 
 if __name__ == "__main__":
