@@ -178,6 +178,14 @@ struct LinearTangentRow {
   }
 };
 
+// Steps ahead of use that forward_wavefront loads a row's scores and inputs.
+// One where R = 4 (four independent cells a step hide the load) and for the
+// rows that read nothing but the scores; the tangent rows at one row per lane
+// read the scores and the direction (two or three tensors) lane by row, each
+// load an L2 round trip, with one dependent cell a step to hide it: there,
+// four.
+template <typename Row, int R> constexpr int kLoadsAhead = R == 1 && Row::kInputs > 0 ? 4 : 1;
+
 // STORES: whether the pass saves Row::kPlanes planes into a.hidden (a
 // compile-time flag, so that an inference forward carries no store code).
 template <typename T, typename A, typename Row, int R, bool STORES>
@@ -374,18 +382,27 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           }
         }
       };
-      T s_next[R], in_next[kIn][R];
-      load(from, s_next, in_next);
-      for (int t = from; t < to; ++t) {
-        A s[R], in[kIn][R];
+      // Loads kAhead steps ahead (a ring of kAhead steps' raw values, its
+      // slot a constant of the unrolled loop).
+      constexpr int kAhead = kLoadsAhead<Row, R>;
+      T s_next[kAhead][R], in_next[kAhead][kIn][R];
 #pragma unroll
-        for (int k = 0; k < R; ++k) {
-          s[k] = scaled(to_acc<A>(s_next[k]), a.scale);
+      for (int j = 0; j < kAhead; ++j) load(from + j, s_next[j], in_next[j]);
+      for (int t0 = from; t0 < to; t0 += kAhead) {
 #pragma unroll
-          for (int i = 0; i < kIn; ++i) in[i][k] = to_acc<A>(in_next[i][k]);
+        for (int j = 0; j < kAhead; ++j) {
+          const int t = t0 + j;
+          if (kAhead > 1 && t >= to) break;
+          A s[R], in[kIn][R];
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            s[k] = scaled(to_acc<A>(s_next[j][k]), a.scale);
+#pragma unroll
+            for (int i = 0; i < kIn; ++i) in[i][k] = to_acc<A>(in_next[j][i][k]);
+          }
+          load(t + kAhead, s_next[j], in_next[j]);
+          step(t, s, in, kChecked);
         }
-        load(t + 1, s_next, in_next);
-        step(t, s, in, kChecked);
       }
     };
 
