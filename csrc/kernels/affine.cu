@@ -93,14 +93,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
     }
     if (!ok) {
-      if (band == 0) {
-        for (int64_t e = lane; e < plane; e += kWarp) {
-          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_extend) a.grad_extend[pair_offset + e] = store_as<T>(quiet_nan<A>());
-        }
-        if (TAN && lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
-      }
+      if (band == 0) fill_invalid_pair(a, b, lane);
       continue;
     }
     const int64_t top = band * kBandRows;

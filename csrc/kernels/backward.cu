@@ -40,12 +40,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     const int64_t pair_offset = b * a.rows * a.cols;
     if (!len.valid) {
-      if (band == 0) {
-        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
-        }
-      }
+      if (band == 0) fill_invalid_pair(a, b, lane);
       continue;
     }
     const int top = static_cast<int>(band) * kBandRows;
@@ -314,18 +309,13 @@ struct AdjointRow {
   template <typename T>
   __device__ AdjointRow(const ReverseArgs<T, A>& a, int64_t b)
       : g_out(load_as<A>(a.grad_score + b * a.grad_score_stride)) {}
-  template <typename T> __device__ void invalid(const ReverseArgs<T, A>&, int64_t, int) {}
   template <typename T> __device__ void empty(const ReverseArgs<T, A>&, int64_t, int) {}
   template <typename T> __device__ void finish(const ReverseArgs<T, A>&, int64_t, int64_t, int64_t, int64_t) {}
   template <bool SOFT, bool GAP_TENSOR, typename T>
   __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c, const ReverseStencil<A, 1>& h,
                     const A (&in)[1], A g, A seed, const A (&take)[2][1], A (&give)[3][1]) {
-    const Weights<A> p =
-        LinearCell<A, HARD>::normalized_weights(h.here[0], h.diag[0] + in[0], h.up[0] + g, h.left[0] + g);
-    const A E = seed + take[0][0] + take[1][0];
-    give[0][0] = E * p.p1;
-    give[1][0] = E * p.p2;
-    give[2][0] = E * p.p3;
+    A E;
+    linear_adjoint<A, HARD>(h, in[0], g, seed, take, give, E);
     if (GAP_TENSOR && a.grad_open)
       a.grad_open[(b * a.rows + r) * a.cols + c] = store_as<T>((give[1][0] + give[2][0]) * g_out);
     return give[0][0] * g_out;

@@ -65,13 +65,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int64_t m = len.m, n = len.n;
     if (!len.valid) {
-      if (band == 0) {
-        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.grad_scores[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_open) a.grad_open[b * a.rows * a.cols + e] = store_as<T>(quiet_nan<A>());
-        }
-        if (lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
-      }
+      if (band == 0) fill_invalid_pair(a, b, lane);
       continue;
     }
     if (m == 0 || n == 0) {  // hvp was cleared
@@ -298,10 +292,6 @@ struct TangentAdjointRow {
         sdot(!HARD && a.soft_reduction ? a.sdot[b] : A(0)),
         inv_t(a.inv_t) {}
   template <typename T>
-  __device__ void invalid(const ReverseArgs<T, A>& a, int64_t b, int lane) {
-    if (lane == 0) a.grad_grad_score[b] = store_as<T>(quiet_nan<A>());
-  }
-  template <typename T>
   __device__ void empty(const ReverseArgs<T, A>& a, int64_t b, int lane) {
     if (lane == 0) a.grad_grad_score[b] = store_as<T>(A(0));
   }
@@ -314,12 +304,8 @@ struct TangentAdjointRow {
   __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c,
                     const ReverseStencil<A, kPlanes>& h, const A (&in)[2], A g, A seed,
                     const A (&take)[2][kValues], A (&give)[3][kValues]) {
-    const Weights<A> p =
-        LinearCell<A, HARD>::normalized_weights(h.here[0], h.diag[0] + in[0], h.up[0] + g, h.left[0] + g);
-    const A E = seed + take[0][0] + take[1][0];
-    give[0][0] = E * p.p1;
-    give[1][0] = E * p.p2;
-    give[2][0] = E * p.p3;
+    A E;
+    const Weights<A> p = linear_adjoint<A, HARD>(h, in[0], g, seed, take, give, E);
     const int64_t e = (b * a.rows + r) * a.cols + c;
     const A w_s = in[1];
     const A w_g = GAP_TENSOR && a.dir_open ? load_as<A>(a.dir_open + e) : A(0);

@@ -89,6 +89,21 @@ ReverseArgs<T, A> reverse_args(const Problem& p, const DoubleBackwardArgs& args,
   return k;
 }
 
+// Every output of pair b NaN (every lane of the pair's band 0 calls this): a
+// pair whose lengths are out of range, possible only where the Python-side
+// check was skipped (graph capture), or whose argmax is outside them.
+template <typename T, typename A>
+__device__ void fill_invalid_pair(const ReverseArgs<T, A>& a, int64_t b, int lane) {
+  const int64_t pair_offset = b * a.rows * a.cols;
+  const T nan = store_as<T>(quiet_nan<A>());
+  for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
+    a.grad_scores[pair_offset + e] = nan;
+    if (a.grad_open) a.grad_open[pair_offset + e] = nan;
+    if (a.grad_extend) a.grad_extend[pair_offset + e] = nan;
+  }
+  if (a.grad_grad_score && lane == 0) a.grad_grad_score[b] = nan;
+}
+
 // The double backward's <W, A> per pair, from each band's share (`share`,
 // this lane's; reduced over the warp here; every lane calls this): a band
 // below the top one publishes its share with a release flag; the pair's top
@@ -161,6 +176,22 @@ struct ReverseStencil {
   A here[P], up[P], diag[P], left[P];
 };
 
+// The adjoint part of every linear row's cell: the weights p of the cell's
+// three candidates (recomputed from H, plane 0 of the stencil, and its score
+// s and gap g in kernel units), E = seed + what its readers handed it (value
+// 0), and E p_k to the cells it read (value 0 of `give`). Returns p, and E in `E`.
+template <typename A, bool HARD, int P, int V>
+__device__ __forceinline__ Weights<A> linear_adjoint(const ReverseStencil<A, P>& h, A s, A g, A seed,
+                                                     const A (&take)[2][V], A (&give)[3][V], A& E) {
+  const Weights<A> p =
+      LinearCell<A, HARD>::normalized_weights(h.here[0], h.diag[0] + s, h.up[0] + g, h.left[0] + g);
+  E = seed + take[0][0] + take[1][0];
+  give[0][0] = E * p.p1;
+  give[1][0] = E * p.p2;
+  give[2][0] = E * p.p3;
+  return p;
+}
+
 // Bytes of shared memory of a block of reverse_staged with row type Row.
 template <typename T, typename A, typename Row>
 constexpr size_t staged_reverse_smem_bytes() {
@@ -223,13 +254,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
     const int64_t pair_offset = b * a.rows * a.cols;
     Row row(a, b);
     if (!len.valid) {
-      if (band == 0) {
-        for (int64_t e = lane; e < a.rows * a.cols; e += kWarp) {
-          a.grad_scores[pair_offset + e] = store_as<T>(quiet_nan<A>());
-          if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>(quiet_nan<A>());
-        }
-        row.invalid(a, b, lane);
-      }
+      if (band == 0) fill_invalid_pair(a, b, lane);
       continue;
     }
     if (m == 0 || n == 0) {  // outputs were cleared
