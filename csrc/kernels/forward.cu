@@ -183,8 +183,9 @@ struct LinearTangentRow {
 // rows that read nothing but the scores; the tangent rows at one row per lane
 // read the scores and the direction (two or three tensors) lane by row, each
 // load an L2 round trip, with one dependent cell a step to hide it: there,
-// four.
-template <typename Row, int R> constexpr int kLoadsAhead = R == 1 && Row::kInputs > 0 ? 4 : 1;
+// two (ptxas, sm_90: with two no float32 tangent row spills; with four the
+// linear one does). Not yet timed on a GPU.
+template <typename Row, int R> constexpr int kLoadsAhead = R == 1 && Row::kInputs > 0 ? 2 : 1;
 
 // STORES: whether the pass saves Row::kPlanes planes into a.hidden (a
 // compile-time flag, so that an inference forward carries no store code).
