@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 inline void clear_unwritten(const Problem& p, bool written_in_full, void* const* outs, int count,
                             cudaStream_t s) {
   if (written_in_full) return;
-  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  const int64_t elem = element_bytes(p.dtype);
   for (int i = 0; i < count; ++i)
     if (outs[i]) cudaMemsetAsync(outs[i], 0, p.batch * p.rows * p.cols * elem, s);
 }
@@ -515,7 +515,7 @@ void affine_double_backward_cuda(const Problem& p, const DoubleBackwardArgs& arg
   using namespace cuda;
   if (p.batch == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  const int64_t elem = element_bytes(p.dtype);
   const bool hard = runs_hard(p);
   const bool soft_reduction = p.reduction == Reduction::Soft && !hard;
   void* const outs[] = {args.hvp_scores, args.hvp_gap_open, args.hvp_gap_extend};

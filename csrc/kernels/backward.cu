@@ -302,6 +302,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // tensors, d score / d g = g_out E (p2 + p3).
 template <typename A, bool HARD>
 struct AdjointRow {
+  static constexpr bool kHard = HARD;
   static constexpr int kValues = 1, kPlanes = 1, kStaged = 1;
   // Registers for 6 blocks an SM (3 in double), as the shared memory allows.
   static constexpr int kMinBlocks = sizeof(A) == 8 ? 3 : 6;
@@ -332,7 +333,7 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
   const Workspace ws = carve_workspace(p, workspace);
   clear_workspace(p, ws, s);
   const int64_t cells = p.batch * p.rows * p.cols;
-  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
+  const int64_t elem = element_bytes(p.dtype);
   if (p.lengths) {  // cells outside the pairs get exactly zero
     cudaMemsetAsync(args.grad_scores, 0, cells * elem, s);
     if (args.grad_gap_open) cudaMemsetAsync(args.grad_gap_open, 0, cells * elem, s);
@@ -343,17 +344,9 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, ws);
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       if constexpr (r() == 1) {
-        if (staged_backward()) {
-          using Row = AdjointRow<A, hard_c()>;
-          constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
-          if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
-            if (k.soft_reduction)
-              return launch_persistent<reverse_staged<T, A, Row, true, gap_tensor()>>(
-                  k, s, "reverse_staged (backward)", smem);
-          }
-          return launch_persistent<reverse_staged<T, A, Row, false, gap_tensor()>>(
-              k, s, "reverse_staged (backward)", smem);
-        }
+        if (staged_backward())
+          return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, gap_tensor()>(
+              k, s, "reverse_staged (backward)");
       }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "backward_wavefront");

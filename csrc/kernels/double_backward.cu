@@ -280,6 +280,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // slot gets 0 (the HVP is zero).
 template <typename A, bool HARD>
 struct TangentAdjointRow {
+  static constexpr bool kHard = HARD;
   static constexpr int kValues = HARD ? 1 : 2, kPlanes = HARD ? 1 : 2, kStaged = 2;
   // Twice the backward's shared memory (two inputs, two rings): 3 blocks an
   // SM in float, 1 in double.
@@ -350,11 +351,13 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
   const DoubleBackwardWorkspace dws = carve_double_backward_workspace(p, workspace);
   const bool hard = runs_hard(p);
   const int64_t cells = p.batch * p.rows * p.cols;
-  const int64_t elem = p.dtype == Dtype::Float64 ? 8 : p.dtype == Dtype::Float32 ? 4 : 2;
-  if (p.lengths || hard) {  // cells outside the pairs get exactly zero; T = 0: all of them
-    cudaMemsetAsync(args.hvp_scores, 0, cells * elem, s);
-    if (args.hvp_gap_open) cudaMemsetAsync(args.hvp_gap_open, 0, cells * elem, s);
-  }
+  const int64_t elem = element_bytes(p.dtype);
+  const bool staged = rows_per_thread(p) == 1 && staged_backward();
+  // Cells outside the pairs get exactly zero; at T = 0 all of them, but the
+  // staged pass writes the zeros of d/dS itself.
+  if (p.lengths || (hard && !staged)) cudaMemsetAsync(args.hvp_scores, 0, cells * elem, s);
+  if ((p.lengths || hard) && args.hvp_gap_open)
+    cudaMemsetAsync(args.hvp_gap_open, 0, cells * elem, s);
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
@@ -362,17 +365,10 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     const int r = rows_per_thread(p);
     if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
     clear_workspace(p, k.ws, s);  // the tags of the edges too
-    if (r == 1 && staged_backward()) {
+    if (staged) {
       dispatch_variant<A, false>(p, hard, [&](auto, auto hard_c, auto gap_tensor) {
-        using Row = TangentAdjointRow<A, hard_c()>;
-        constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
-        if constexpr (!hard_c()) {  // hard mode seeds the argmax alone
-          if (k.soft_reduction)
-            return launch_persistent<reverse_staged<T, A, Row, true, gap_tensor()>>(
-                k, s, "reverse_staged (double backward)", smem);
-        }
-        launch_persistent<reverse_staged<T, A, Row, false, gap_tensor()>>(
-            k, s, "reverse_staged (double backward)", smem);
+        launch_reverse_staged<T, A, TangentAdjointRow<A, hard_c()>, gap_tensor()>(
+            k, s, "reverse_staged (double backward)");
       });
     } else if (hard) {
       if (r == 1) launch_reverse_tangent<T, A, 1, true>(k, s);

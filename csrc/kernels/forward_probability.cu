@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     auto stage_chunk = [&](int q) {
       stage_parallelogram<T, R>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
                                 a.scores, a.scores_end, lane);
+      copy_async_commit();
     };
     // This lane's row k of a slot, from its first element.
     const T* srow[R];

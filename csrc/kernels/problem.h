@@ -17,6 +17,11 @@ enum class Dtype : int { Float16 = 0, BFloat16 = 1, Float32 = 2, Float64 = 3 };
 
 inline bool accumulates_in_double(Dtype d) { return d == Dtype::Float64; }
 
+// Bytes of one element of a tensor of dtype d.
+inline int64_t element_bytes(Dtype d) {
+  return d == Dtype::Float64 ? 8 : d == Dtype::Float32 ? 4 : 2;
+}
+
 // A gap score: a constant (`data == nullptr`) or a tensor of `Dtype` read as
 // (B, M, N) through `stride` (0 along broadcast dimensions). The entry at
 // [b, i-1, j-1] scores a gap move that ends at DP cell (i, j).

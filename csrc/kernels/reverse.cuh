@@ -469,6 +469,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
         if (staged[i])
           stage_parallelogram<T, 1>(stage[i] + (q & 1) * kSlot, inputs[i] + band_offset, a.cols, q,
                                     rows_here, n, inputs[i], inputs_end[i], lane);
+      copy_async_commit();  // one group for the chunk's inputs
     };
     // The first two chunks' inputs, then the rings' first 8 anti-diagonals
     // (t_top .. t_top - 7): groups complete in order, so a step's wait for
@@ -505,6 +506,20 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
     __syncwarp();
     row.finish(a, unit_id, band, (m - 1) / kBandRows, b);
   }
+}
+
+// Launch reverse_staged with row type Row on `stream`: the soft reduction's
+// variant where the problem asks for it, except in hard mode, which seeds the
+// argmax alone.
+template <typename T, typename A, typename Row, bool GAP_TENSOR>
+inline void launch_reverse_staged(const ReverseArgs<T, A>& k, cudaStream_t stream,
+                                  const char* name) {
+  constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
+  if constexpr (!Row::kHard) {
+    if (k.soft_reduction)
+      return launch_persistent<reverse_staged<T, A, Row, true, GAP_TENSOR>>(k, stream, name, smem);
+  }
+  launch_persistent<reverse_staged<T, A, Row, false, GAP_TENSOR>>(k, stream, name, smem);
 }
 
 

@@ -73,7 +73,8 @@ __device__ __forceinline__ int parallelogram_offset(const T* band, int64_t cols,
 }
 
 // Issues the copy of chunk q of a band (rows 0 .. rows - 1 of `band`, a pair
-// of n columns, `cols` apart) into `slot`, and commits it as one group.
+// of n columns, `cols` apart) into `slot`. The caller commits the group (one
+// for all the inputs of a chunk, so that a wait counts chunks, not inputs).
 // [begin, end) is the whole tensor: 2-byte copies never read past it.
 template <typename T, int R>
 __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int64_t cols, int q,
@@ -89,27 +90,38 @@ __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int6
       const bool ok = static_cast<unsigned>(col) < static_cast<unsigned>(n);
       copy_async<sizeof(T)>(dst + lane, ok ? src + lane : begin, ok);
     }
-  } else if (lane <= 16) {
-    // 4-byte words covering the 32 elements: word j holds columns
+  } else {
+    // 4-byte words covering the 32 elements: word j of row r holds columns
     // c - off + 2j and +1 (c = 32q - r; off: its place in its word). 17 words
-    // cover a row, so lanes 17..31 copy nothing (a zero fill would overwrite
-    // the next row) and skip the loop. A word may reach one
-    // element past the tensor only in a chunk whose last row's words reach
-    // its end: only such a chunk checks, not every row of every chunk (ncu:
-    // the 2-byte forward ran twice the instructions of the float one).
-    const bool near_end = src + int64_t(rows - 1) * (cols - 1) + 2 * 16 + 2 > end;  // word 16's end
-#pragma unroll 4
-    for (int r = 0; r < rows; ++r, src += cols - 1, --col) {
+    // cover a row. The chunk's words are numbered row by row and dealt to the
+    // 32 lanes in turn, so a warp-wide copy moves 32 words, not one row's 17
+    // (ncu: a copy a row left lanes 17..31 idle and ran the bfloat16 forward
+    // at twice the float one's instructions). A word may reach one element
+    // past the tensor only in a chunk whose last row's words reach its end:
+    // only such a chunk checks.
+    constexpr int kWords = kWarp / 2 + 1;
+    const bool near_end = src + int64_t(rows - 1) * (cols - 1) + 2 * (kWords - 1) + 2 > end;
+    // This lane's first word: row lane / 17, word lane % 17; each turn moves
+    // it 32 words on: 15 words along, or 2 back on the row after next.
+    int r = lane / kWords, j = lane % kWords;
+    src += int64_t(r) * (cols - 1);
+    col -= lane + r;  // 32q - r
+#pragma unroll 2
+    while (r < rows) {
       T* const dst = slot + ((r % R) * kWarp + r / R) * kPitch;
       const int off = static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 1) & 1);
-      const T* const word = src - off + 2 * lane;
-      const int c = col - lane - off + 2 * lane;
+      const T* const word = src - off + 2 * j;
+      const int c = col - off + 2 * j;
       const bool ok = c + 1 >= 0 && c < n;
-      if (near_end && ok && word + 2 > end) dst[2 * lane] = *word;  // the tensor's very last element, alone
-      else copy_async<4>(dst + 2 * lane, ok ? word : begin, ok);
+      if (near_end && ok && word + 2 > end) dst[2 * j] = *word;  // the tensor's very last element, alone
+      else copy_async<4>(dst + 2 * j, ok ? word : begin, ok);
+      const int rows_on = j + (kWarp - kWords) >= kWords ? 2 : 1;
+      j += kWarp - kWords * rows_on;
+      r += rows_on;
+      src += rows_on * (cols - 1);
+      col -= rows_on;
     }
   }
-  copy_async_commit();
 }
 
 // Stores chunk q of a slot (R = 1) to `out` (row 0, column 0 of the band;
