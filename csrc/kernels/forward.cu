@@ -40,6 +40,9 @@ struct ForwardArgs : WavefrontArgs<T, A> {
   const T* dir_scores = nullptr;
   const T* dir_open = nullptr;
   const T* dir_extend = nullptr;
+  // Rows with kReadsState: the training forward's saved H (plane 0 of its
+  // state, the band layout of this pass's R).
+  const A* state = nullptr;
 };
 
 // A row's values after its last cell, state[0] being the cell's total (H, C):
@@ -47,10 +50,12 @@ struct ForwardArgs : WavefrontArgs<T, A> {
 // reads on the diagonal one step later, the first kDown what it reads above;
 // plane p of the saved state holds state[saved(p)]. A row may read kInputs
 // more (B, M, N) tensors per cell (input(a, i), nullptr for zeros), loaded a
-// step ahead like the scores and passed to cell() as `in` (not rescaled).
+// step ahead like the scores and passed to cell() as `in` (not rescaled), and
+// (kReadsState) the training forward's H of the cell, as in[kInputs].
 template <typename A, bool HARD, bool GAP_TENSOR>
 struct LinearRow {
   static constexpr bool kHard = HARD, kReduces = true;
+  static constexpr bool kReadsState = false;
   static constexpr int kState = 1, kDiag = 1, kDown = 1, kPlanes = 1, kInputs = 0;
   __device__ static constexpr int saved(int) { return 0; }
   // Row 0's view of the row above it, and a row's state left of column 1.
@@ -68,6 +73,7 @@ template <typename A, bool HARD, bool GAP_TENSOR>
 struct AffineRow {
   enum { kC, kA, kU, kB, kL };
   static constexpr bool kHard = HARD, kReduces = true;
+  static constexpr bool kReadsState = false;
   static constexpr int kState = 5, kDiag = 1, kDown = 3, kPlanes = 3, kInputs = 0;
   __device__ static constexpr int saved(int p) { return p == 0 ? kC : p == 1 ? kU : kL; }
   __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
@@ -101,6 +107,7 @@ template <typename A, bool GAP_TENSOR>
 struct AffineTangentRow {
   enum { kC, kCd, kA, kU, kAd, kUd, kB, kL, kBd, kLd };
   static constexpr bool kHard = false, kReduces = false;
+  static constexpr bool kReadsState = false;
   static constexpr int kState = 10, kDiag = 2, kDown = 6, kPlanes = 5, kInputs = 3;
   template <typename Args>
   __device__ static auto input(const Args& a, int i) {
@@ -149,14 +156,16 @@ struct AffineTangentRow {
   }
 };
 
-// The tangent pass of the linear double backward (docs/math.md, step 1): H
-// recomputed with the forward's arithmetic, its weights p, and
+// The tangent pass of the linear double backward (docs/math.md, step 1): the
+// weights p of the training forward's H (read from its state, as the reverse
+// pass does, not recomputed: then the only chain from cell to cell is Hdot's
+// three FMAs, not a softmax's exp2s and log2), and
 //   Hdot = p1 (Hdot[i-1,j-1] + W) + p2 (Hdot[i-1,j] + Wg) + p3 (Hdot[i,j-1] + Wg)
 // in caller units. Saves Hdot; reduces nothing; soft only.
 template <typename A, bool GAP_TENSOR>
 struct LinearTangentRow {
   enum { kH, kHd };
-  static constexpr bool kHard = false, kReduces = false;
+  static constexpr bool kHard = false, kReduces = false, kReadsState = true;
   static constexpr int kState = 2, kDiag = 2, kDown = 2, kPlanes = 1, kInputs = 2;
   __device__ static constexpr int saved(int) { return kHd; }
   __device__ static A top(int) { return A(0); }
@@ -171,7 +180,7 @@ struct LinearTangentRow {
     using Cell = LinearCell<A, false>;
     const A g = a.open.template at<GAP_TENSOR>(b, r, c);
     const A vd = diag[kH] + s, vu = up[kH] + g, vl = st[kH] + g;
-    const A H = Cell::value(vd, vu, vl);
+    const A H = in[kInputs];
     const Weights<A> p = Cell::normalized_weights(H, vd, vu, vl);
     st[kHd] = p.p1 * (diag[kHd] + in[0]) + p.p2 * (up[kHd] + in[1]) + p.p3 * (st[kHd] + in[1]);
     st[kH] = H;
@@ -261,8 +270,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     EdgeChunk<A, kDown> to_below;  // the band's last row, for the band below
 
     // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
-    // its input i (rows with kInputs).
-    constexpr int kIn = Row::kInputs > 0 ? Row::kInputs : 1;
+    // its input i (rows with kInputs; then the forward's H with kReadsState).
+    constexpr int kInputs = Row::kInputs + (Row::kReadsState ? 1 : 0);
+    constexpr int kIn = kInputs > 0 ? kInputs : 1;
     auto step = [&](const int t, const A (&s)[R], const A (&in)[kIn][R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
         const int c = t + lane;
@@ -357,19 +367,24 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       const T* sp[R];
 #pragma unroll
       for (int k = 0; k < R; ++k) sp[k] = srow[k] + (from - r0 - k);
-      // The same walk over the row's inputs (kInputs of them; none are read
-      // where the input is nullptr).
-      const T* ip[kIn][R];
-      bool in_ok[kIn];
+      // The same walk over the row's inputs (Row::kInputs of them; none are
+      // read where the input is nullptr).
+      constexpr int kTensors = Row::kInputs > 0 ? Row::kInputs : 1;
+      const T* ip[kTensors][R];
+      bool in_ok[kTensors];
 #pragma unroll
-      for (int i = 0; i < kIn; ++i) {
+      for (int i = 0; i < kTensors; ++i) {
         const T* base = nullptr;
         if constexpr (Row::kInputs > 0) base = Row::input(a, i);
         in_ok[i] = base != nullptr;
 #pragma unroll
         for (int k = 0; k < R; ++k) ip[i][k] = base + (srow[k] - a.scores) + (from - r0 - k);
       }
-      auto load = [&](int t, T (&raw)[R], T (&in_raw)[kIn][R]) {
+      // kReadsState: step t's H at slot t mod n of the band's state (one
+      // coalesced run a step, as the pass's own planes are stored).
+      const A* const band_state = Row::kReadsState ? a.state + b * plane + int64_t(top) * n + r0 : nullptr;
+      int state_slot = from % n;
+      auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R], A (&state_in)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
@@ -381,14 +396,18 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             in_raw[i][k] = (t < to && inside && in_ok[i]) ? load_raw(ip[i][k]) : raw_zero<T>();
             ++ip[i][k];
           }
+          if constexpr (Row::kReadsState)
+            state_in[k] = t < to && inside ? band_state[int64_t(state_slot) * rows_here + k] : A(0);
         }
+        if (Row::kReadsState && ++state_slot == n) state_slot = 0;
       };
       // Loads kAhead steps ahead (a ring of kAhead steps' raw values, its
       // slot a constant of the unrolled loop).
       constexpr int kAhead = kLoadsAhead<Row, R>;
-      T s_next[kAhead][R], in_next[kAhead][kIn][R];
+      T s_next[kAhead][R], in_next[kAhead][kTensors][R];
+      A state_next[kAhead][R];
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j) load(from + j, s_next[j], in_next[j]);
+      for (int j = 0; j < kAhead; ++j) load(from + j, s_next[j], in_next[j], state_next[j]);
       for (int t0 = from; t0 < to; t0 += kAhead) {
 #pragma unroll
         for (int j = 0; j < kAhead; ++j) {
@@ -399,9 +418,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           for (int k = 0; k < R; ++k) {
             s[k] = scaled(to_acc<A>(s_next[j][k]), a.scale);
 #pragma unroll
-            for (int i = 0; i < kIn; ++i) in[i][k] = to_acc<A>(in_next[j][i][k]);
+            for (int i = 0; i < Row::kInputs; ++i) in[i][k] = to_acc<A>(in_next[j][i][k]);
+            if constexpr (Row::kReadsState) in[Row::kInputs][k] = state_next[j][k];
           }
-          load(t + kAhead, s_next[j], in_next[j]);
+          load(t + kAhead, s_next[j], in_next[j], state_next[j]);
           step(t, s, in, kChecked);
         }
       }
@@ -557,6 +577,7 @@ void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
     args.dir_scores = static_cast<const T*>(d.dir_scores);
     args.dir_open = static_cast<const T*>(d.dir_gap_open);
     args.dir_extend = static_cast<const T*>(d.dir_gap_extend);
+    args.state = static_cast<const A*>(d.state.hidden);
     // Soft only: the hard variants of the dispatch are the same kernels.
     if (p.affine) {
       dispatch_variant<A, true>(p, false, [&](auto r, auto, auto gap_tensor) {
