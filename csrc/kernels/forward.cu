@@ -198,11 +198,7 @@ template <typename Row, int R> constexpr int kLoadsAhead = R == 1 && Row::kInput
 
 // STORES: whether the pass saves Row::kPlanes planes into a.hidden (a
 // compile-time flag, so that an inference forward carries no store code).
-// NARROW (R > 1): the saved planes, and the state a kReadsState row reads,
-// are in the band layout of one row per lane (32-row bands), not this pass's:
-// a lane's R rows lie in one such band, at one slot a step, so each step
-// still stores (loads) one 16-byte vector a lane, 8 lanes a 128-byte run.
-template <typename T, typename A, typename Row, int R, bool STORES, bool NARROW = false>
+template <typename T, typename A, typename Row, int R, bool STORES>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     forward_wavefront(const ForwardArgs<T, A> a) {
   constexpr int kBandRows = kWarp * R;
@@ -239,18 +235,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     constexpr int kEdgeWords = kDown * Edge::kWords;
     const unsigned long long* edge_above = edges + (unit_id - 1) * a.cols * kEdgeWords;
     unsigned long long* edge_below = edges + unit_id * a.cols * kEdgeWords;
-    const int r0 = lane * R;  // first row of this lane, within the band
-    // Where this lane's rows are kept in the saved planes: the band of
-    // layout_rows rows from pair row layout_top, row layout_row of it, cell
-    // (r, c) at slot (r + c) mod n (wavefront.cuh); `shift` steps after this
-    // band's anti-diagonal.
-    const int shift = NARROW ? r0 & ~(kWarp - 1) : 0;
-    const int layout_top = top + shift;
-    const int layout_rows = NARROW ? min(kWarp, m - layout_top) : rows_here;
-    const int layout_row = r0 - shift;
-    A* const hidden =
-        STORES ? a.hidden + b * Row::kPlanes * plane + int64_t(layout_top) * n + layout_row : nullptr;
+    A* const hidden = STORES ? a.hidden + b * Row::kPlanes * plane + int64_t(top) * n : nullptr;
 
+    const int r0 = lane * R;  // first row of this lane, within the band
     const T* srow[R];         // this lane's rows of scores
     bool row_ok[R];
 #pragma unroll
@@ -279,7 +266,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     A edge_reg[kDown];
 #pragma unroll
     for (int i = 0; i < kDown; ++i) edge_reg[i] = Row::top(i);
-    int slot = (n - shift % n) % n;  // (t - shift) mod n: where step t's cells are stored
+    int slot = 0;      // t mod n: where this step's anti-diagonal is stored
     EdgeChunk<A, kDown> to_below;  // the band's last row, for the band below
 
     // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
@@ -337,7 +324,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       if constexpr (STORES) {
 #pragma unroll
         for (int p = 0; p < Row::kPlanes; ++p) {
-          A* at = hidden + p * plane + int64_t(slot) * layout_rows;
+          A* at = hidden + p * plane + int64_t(slot) * rows_here + r0;
           if constexpr (R == 4) {
             if (!checked && a.vector_ok) {
               const A v[4] = {ns[0][Row::saved(p)], ns[1][Row::saved(p)], ns[2][Row::saved(p)],
@@ -393,11 +380,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int k = 0; k < R; ++k) ip[i][k] = base + (srow[k] - a.scores) + (from - r0 - k);
       }
-      // kReadsState: step t's H where the planes are stored (a coalesced run
-      // a step).
-      const A* const band_state =
-          Row::kReadsState ? a.state + b * plane + int64_t(layout_top) * n + layout_row : nullptr;
-      int state_slot = ((from - shift) % n + n) % n;
+      // kReadsState: step t's H at slot t mod n of the band's state (one
+      // coalesced run a step, as the pass's own planes are stored).
+      const A* const band_state = Row::kReadsState ? a.state + b * plane + int64_t(top) * n + r0 : nullptr;
+      int state_slot = from % n;
       auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R], A (&state_in)[R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
@@ -411,7 +397,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             ++ip[i][k];
           }
           if constexpr (Row::kReadsState)
-            state_in[k] = t < to && inside ? band_state[int64_t(state_slot) * layout_rows + k] : A(0);
+            state_in[k] = t < to && inside ? band_state[int64_t(state_slot) * rows_here + k] : A(0);
         }
         if (Row::kReadsState && ++state_slot == n) state_slot = 0;
       };
@@ -521,23 +507,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-// Whether the linear tangent pass over a state of one row per lane runs
-// kTallRows rows per lane (NARROW) instead: its cell is a chain of three FMAs
-// behind a step's shuffles, edge checks and stores, so with one row a lane and
-// ~4 warps an SM (64x256^2, 16x1024^2) a step is bound by one warp's
-// instruction latency (299 us at 64x256^2 on the H200 whether H was
-// recomputed or read, and slower with loads 8 steps ahead); several rows give
-// each step independent cells. SOFTSW_TANGENT_ROWS=1 or 4 forces the choice
-// (for benchmarks of it and the emulation's check of both).
-inline bool narrow_tangent(const Problem& p) {
-  static const int forced = [] {
-    const char* e = std::getenv("SOFTSW_TANGENT_ROWS");
-    return e && (e[0] == '1' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 0;
-  }();
-  if (forced) return forced == 4;
-  return p.rows > kWarp && p.cols >= 256;
-}
-
 // A forward that saves its state, or (R = 1 only: inference runs one row per
 // lane, rows_per_thread) one that does not.
 template <typename T, typename A, typename Row, int R>
@@ -618,14 +587,6 @@ void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
     } else {
       dispatch_variant<A, false>(p, false, [&](auto r, auto, auto gap_tensor) {
         using Row = LinearTangentRow<A, gap_tensor()>;
-        if constexpr (r() == 1) {
-          if (narrow_tangent(p)) {
-            constexpr int kRows = kTallRows<A, false>;
-            args.nbands = (p.rows + kWarp * kRows - 1) / (kWarp * kRows);
-            return launch_persistent<forward_wavefront<T, A, Row, kRows, true, /*NARROW=*/true>>(
-                args, s, "forward_wavefront (tangent, narrow state)");
-          }
-        }
         launch_persistent<forward_wavefront<T, A, Row, r(), true>>(args, s, "forward_wavefront (tangent)");
       });
     }
