@@ -352,7 +352,8 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
   const bool hard = runs_hard(p);
   const int64_t cells = p.batch * p.rows * p.cols;
   const int64_t elem = element_bytes(p.dtype);
-  const bool staged = rows_per_thread(p) == 1 && staged_backward();
+  const int r = rows_per_thread(p);
+  const bool staged = r == 1 && staged_backward();
   // Cells outside the pairs get exactly zero; at T = 0 all of them, but the
   // staged pass writes the zeros of d/dS itself.
   if (p.lengths || (hard && !staged)) cudaMemsetAsync(args.hvp_scores, 0, cells * elem, s);
@@ -362,7 +363,6 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
     const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, dws);
-    const int r = rows_per_thread(p);
     if (!hard) tangent_pass_cuda(p, args, dws, k.soft_reduction, s);
     clear_workspace(p, k.ws, s);  // the tags of the edges too
     if (staged) {

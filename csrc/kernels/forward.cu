@@ -192,11 +192,11 @@ struct LinearTangentRow {
 // rows that read nothing but the scores; the tangent rows at one row per lane
 // read the scores and the direction (two or three tensors) lane by row, each
 // load an L2 round trip, with one dependent cell a step to hide it: there,
-// two. Measured (2026-12-06): two made the 64x256^2 tangent pass 326 ->
-// 298 us (H100); eight made it slower (345 us), and four rows per lane (R = 4 over
-// the one-row state, 339 us on the H200) too: a step is bound by one warp's chain of dependent
-// instructions, not by its loads (ptxas, sm_90: with two no float32 tangent
-// row spills; with four the linear one did).
+// two. Measured (2026-12-06): two made the 64x256^2 tangent pass 326 -> 298
+// us (H100); eight made it slower (345 us), and so did four rows per lane over
+// the one-row state (339 us, H200): a step is bound by one warp's chain of
+// dependent instructions, not by its loads. ptxas, sm_90: with two no float32
+// tangent row spills; with four the linear one did.
 template <typename Row, int R> constexpr int kLoadsAhead = R == 1 && Row::kInputs > 0 ? 2 : 1;
 
 // STORES: whether the pass saves Row::kPlanes planes into a.hidden (a
@@ -385,7 +385,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
       // kReadsState: step t's H at slot t mod n of the band's state (one
       // coalesced run a step, as the pass's own planes are stored).
-      const A* const band_state = Row::kReadsState ? a.state + b * plane + int64_t(top) * n + r0 : nullptr;
+      const A* const band_state =
+          Row::kReadsState ? a.state + b * plane + int64_t(top) * n + r0 : nullptr;
       int state_slot = from % n;
       auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R], A (&state_in)[R]) {
 #pragma unroll
