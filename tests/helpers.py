@@ -101,10 +101,17 @@ def quantized(gen, *shape, dtype=torch.float64, device="cpu", step=0.125, scale=
 def scores_near_a_limit(gen, B, M, N, s):
     """(B, M, N) float64 scores at a range rule's limit `s` (caller units):
     pair 0 all s, pairs 1..7 between 3 s / 4 and s and above (Z grows about as
-    fast as the rule allows on every step), the rest in [-s, s]."""
+    fast as the rule allows on every step), the rest in [-s, s], a third of
+    them within 1 % of -s or s.
+
+    The rest are continuous: clamped to exactly -s or s, they made paths of
+    equal scores, so two cells tied for the maximum up to rounding, and the
+    max reduction's gradient (the first maximal cell's) depended on the last
+    bit of each implementation's sum."""
     S = torch.full((B, M, N), s, dtype=torch.float64)
     S[1:8] = randn(gen, 7, M, N).abs() * s / 4 + s * 3 / 4
-    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * s
+    spread = 1 - 0.01 * torch.rand(B - 8, M, N, generator=gen, dtype=torch.float64)
+    S[8:] = randn(gen, B - 8, M, N).clamp(-1, 1) * spread * s
     return S
 
 
