@@ -8,7 +8,9 @@ cell. These tests take the float64 CPU kernel (itself checked against the slow
 reference elsewhere) as the reference, on inputs chosen to land in either
 domain and in the switch: temperatures 1e-3 .. 1e3, |S| up to 1e4, one band
 and many, short pairs with garbage in the padding. The training forward's
-state feeds the backward: its gradients are checked the same way.
+state feeds the backward: its gradients are checked the same way, and so are
+the double backward's Hessian-vector products, whose tangent pass runs on the
+same skeleton.
 """
 import math
 
@@ -16,8 +18,9 @@ import pytest
 import torch
 
 import softsw
-from conftest import (HAS_CUDA, assert_close, fill_padding, grad_tol, grads, leaf, rand_lengths,
-                      randn, score_tol)
+from conftest import (HAS_CUDA, assert_close, fill_padding, grad_tol, grads, hvp_tol, leaf,
+                      rand_lengths, randn, score_tol)
+from helpers import first_and_second
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")]
 
@@ -313,3 +316,98 @@ def test_training_argmax_is_the_max_cell(gen):
     g = check_training(gen, S, -1.0, 0.05, None, "max", torch.float32, weighted=False)
     assert g[0, 40, 50].item() == pytest.approx(1.0, abs=1e-5)
     assert g[1, 0, 79].item() == pytest.approx(1.0, abs=1e-5)
+
+
+# --------------------------------------------------------------------------
+# Double backward: the tangent pass runs on the probability-domain skeleton
+# --------------------------------------------------------------------------
+
+
+def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda"):
+    """The Hessian-vector product (d/dS of <V, d score / d S>, weighted by
+    random w) and <V, A> of `device` against the float64 CPU kernels on
+    exactly the values the kernel sees (constant gap -1: the tangent pass
+    in the probability domain, or in the log domain where the scores are out
+    of its range)."""
+    S = S.to(dtype)
+    B, M, N = S.shape
+    w = randn(gen, B, scale=0.25, shift=1.0)
+    V = randn(gen, B, M, N)
+    lens = None if lengths is None else lengths.to(device)
+    got, _ = first_and_second(S.to(device), -1.0, T, lens, reduction, w.to(device),
+                              V.to(device), None, dtype)
+    ref, _ = first_and_second(S.double(), -1.0, T, lengths, reduction, w, V, None, torch.float64)
+    finite = S.double()[torch.isfinite(S.double())]
+    scale = finite.abs().max().item() if finite.numel() else 1.0
+    names = ["d/dS", "hvp S", "<V, A>"]
+    tols = [grad_tol(dtype, M, N, T, scale), hvp_tol(dtype, M, N, T, scale),
+            grad_tol(dtype, M, N, T, scale)]
+    for name, a, e, tol in zip(names, got, ref, tols):
+        assert a.device.type == torch.device(device).type and a.dtype == dtype
+        assert_close(a, e, dtype, f"{name} (T={T}, {reduction})", tol=tol)
+    return got
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [(3, 1, 1), (4, 5, 3), (3, 32, 32), (2, 33, 65), (2, 97, 130)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_hvp_in_range_matches_float64(gen, shape, dtype, reduction):
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=1.5)
+    lengths = rand_lengths(gen, B, M, N)
+    check_hvp(gen, fill_padding(S, lengths, gen), 1.0, lengths, reduction, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [0.05, 0.3, 1.0, 10.0])
+@pytest.mark.parametrize("magnitude", [1.0, 6.0, 30.0])
+def test_hvp_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+    """Both domains of the tangent pass, and switches part of the way along a
+    band (magnitude 6 at T = 1: some groups of steps overflow, others not)."""
+    B, M, N = 2, 70, 90
+    S = randn(gen, B, M, N, scale=magnitude)
+    for dtype in (torch.float32, torch.float64):
+        got = check_hvp(gen, S, T, None, reduction, dtype)
+        assert all(torch.isfinite(g).all() for g in got)
+
+
+@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
+def test_hvp_switch_to_log_domain_mid_band(gen, where):
+    """One cell far out of range: its band's tangent pass switches to the log
+    domain there (Y = Z Hdot handed over as Hdot), the other bands do not."""
+    B, M, N = 2, 150, 300
+    S = randn(gen, B, M, N)
+    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
+    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
+    S[0, r, c] = big
+    S[1, r, c] = -big
+    for reduction in ("max", "soft"):
+        check_hvp(gen, S, 1.0, None, reduction, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_hvp_half_types(gen, dtype):
+    B, M, N = 3, 100, 140
+    S = randn(gen, B, M, N)
+    lengths = rand_lengths(gen, B, M, N)
+    check_hvp(gen, fill_padding(S, lengths, gen), 1.0, lengths, "soft", dtype)
+
+
+def test_hvp_long_pair_many_bands(gen):
+    check_hvp(gen, randn(gen, 1, 400, 700), 1.0, None, "soft", torch.float32)
+
+
+def test_hvp_deterministic(gen):
+    B, M, N = 4, 200, 300
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    S[2, 50, 60] = 400.0  # one band in the log domain
+    V = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+
+    def step():
+        x = leaf(S)
+        g, = grads(softsw.align(x, -1.0, 1.0, reduction="soft"), [x], create_graph=True)
+        return torch.autograd.grad((g * V).sum(), [x])[0]
+    first = step()
+    for _ in range(3):
+        assert torch.equal(step(), first)

@@ -1,11 +1,13 @@
 // Double backward on CUDA: the Hessian-vector product of docs/math.md ("Double
 // backward"), linear gaps, as two more band wavefronts (wavefront.cuh):
 //
-// 1. The tangent pass (tangent.cuh: forward.cu's skeleton with
-//    LinearTangentRow): H recomputed with the forward's arithmetic and
+// 1. The tangent pass (tangent.cuh):
 //      Hdot[i,j] = p1 (Hdot[i-1,j-1] + W_ij) + p2 (Hdot[i-1,j] + Wg_ij)
 //                + p3 (Hdot[i,j-1] + Wg_ij)
-//    stored in a workspace buffer with the layout of `hidden`. For
+//    stored in a workspace buffer with the layout of `hidden`: with a
+//    constant gap in the probability domain as Y = Z Hdot next to Z
+//    (forward_probability.cu), else with LinearTangentRow (forward.cu: the
+//    weights from the forward's saved H). For
 //    reduction="soft" also the seed's tangent sdot = sum_ij q_ij Hdot_ij,
 //    q = 2^(H - total) (kernel units), per pair (seed_tangent_cuda).
 //

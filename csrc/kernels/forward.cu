@@ -156,7 +156,9 @@ struct AffineTangentRow {
   }
 };
 
-// The tangent pass of the linear double backward (docs/math.md, step 1): the
+// The tangent pass of the linear double backward (docs/math.md, step 1) where
+// it does not run in the probability domain (gap tensors, gaps out of its
+// range; probability_tangent_cuda takes the rest): the
 // weights p of the training forward's H (read from its state, as the reverse
 // pass does, not recomputed: then the only chain from cell to cell is Hdot's
 // three FMAs, not a softmax's exp2s and log2), and
@@ -572,6 +574,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
 void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
                   const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
+  if (probability_tangent_cuda(p, d, hdot, ws, s)) return;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

@@ -45,6 +45,15 @@
 // log-domain forward does; the backward passes read both. Argmax: an inference
 // forward does not keep the state the argmax serves, so it leaves it -1
 // (problem.h).
+//
+// Tangent (the double backward's first pass, tangent.cuh): Hdot = dH along a
+// direction dS on the scores (caller units; a constant gap has none) rides
+// along as Y = Z Hdot, which obeys Z's recurrence with a source term
+// (probability_tangent_cell): y = Y 2^-o shares z's exponent, renormalisation
+// and group check, so Hdot = y / z to rounding, stored in the state's band
+// layout; edges carry Hdot next to (m, e). In the log domain a cell takes
+// LinearCell's weights p and Hdot = p1 (Hdot_diag + dS) + p2 Hdot_up + p3
+// Hdot_left. It reduces nothing.
 #include "probability.h"
 #include "staging.cuh"
 #include "wavefront.cuh"
@@ -58,7 +67,8 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
   A gap;         // the gap in kernel units (log domain)
   A gap_weight;  // 2^gap (probability domain)
   T* score;
-  A* hidden;  // with state: H of every cell (wavefront.cuh's band layout)
+  A* hidden;  // with state: H of every cell (wavefront.cuh's band layout); tangent: Hdot
+  const T* dir_scores = nullptr;  // tangent: the direction on the scores, or nullptr (zero)
   int64_t* argmax;
   A* total;
 };
@@ -70,24 +80,28 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
 // work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16.
 template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 
-// A band edge value Z = m 2^e as two tagged words of A each: the mantissa m
+// A band edge value Z = m 2^e as two tagged values of A each: the mantissa m
 // in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
-// exponent e, an integer kept as an A (in the log domain it may exceed int).
-// Both words are loaded before either is waited on: one round trip.
-template <typename A>
+// exponent e, an integer kept as an A (in the log domain it may exceed int);
+// with TANGENT a third, Hdot. All words are loaded before any is waited on:
+// one round trip.
+template <typename A, bool TANGENT>
 struct ScaledEdge {
   static constexpr int kValueWords = TaggedEdge<A>::kWords;
-  static constexpr int kWords = 2 * kValueWords;
+  static constexpr int kWords = (TANGENT ? 3 : 2) * kValueWords;
   using Words = TaggedWords<kWords>;
-  __device__ static void put(unsigned long long* column, A m, A e, int col) {
+  __device__ static void put(unsigned long long* column, A m, A e, A hdot, int col) {
     TaggedEdge<A>::put(column, m, col);
     TaggedEdge<A>::put(column + kValueWords, e, col);
+    if constexpr (TANGENT) TaggedEdge<A>::put(column + 2 * kValueWords, hdot, col);
   }
   // `early`: the column's words loaded before (a chunk ahead), or none.
-  __device__ static void get(const unsigned long long* column, int col, A& m, A& e, Words early) {
+  __device__ static void get(const unsigned long long* column, int col, A& m, A& e, A& hdot,
+                             Words early) {
     const Words word = early.settle(column, col);
     m = tagged_value<A>(word, 0);
     e = tagged_value<A>(word, kValueWords);
+    if constexpr (TANGENT) hdot = tagged_value<A>(word, 2 * kValueWords);
   }
 };
 
@@ -100,16 +114,22 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 
 // SOFT: the reduction (a compile-time flag: it is decided in every cell).
 // STATE: a training forward (H of every cell to `hidden`, the argmax).
+// TANGENT: the tangent pass (Hdot of every cell to `hidden`; no reduction,
+// SOFT and STATE false, R = 1).
 // The staging (8.4 KB a warp for float and one row per lane, twice that for
-// double or two rows) lets 6 blocks of 4 warps (3 for double or two rows)
-// share an SM: registers up to that occupancy (5 for 2-byte scores, whose
-// staging code needs more, and for a training forward).
-template <typename T, typename A, int R, bool SOFT, bool STATE>
+// double, two rows or the tangent's two inputs) lets 6 blocks of 4 warps (3
+// for double, two rows or the tangent) share an SM: registers up to that
+// occupancy (5 for 2-byte scores, whose staging code needs more, and for a
+// training forward).
+template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
-                                  sizeof(A) == 8 || R > 1    ? 3
-                                  : sizeof(T) == 2 || STATE  ? 5
-                                                             : 6)
+                                  sizeof(A) == 8 || R > 1 || TANGENT ? 3
+                                  : sizeof(T) == 2 || STATE          ? 5
+                                                                     : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
+  static_assert(!TANGENT || (R == 1 && !SOFT && !STATE), "the tangent pass reduces nothing");
+  constexpr bool kReduces = !TANGENT;
+  constexpr bool kStores = STATE || TANGENT;  // a value of every cell to `hidden`
   constexpr int kGroup = kGroupSteps<R>;
   static_assert(kChunkSteps % kGroup == 0, "a chunk holds whole groups");
   constexpr int kBandRows = kWarp * R;
@@ -119,10 +139,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   // The top binade [2^127, 2^128) (float) counts as overflow: renormalising
   // a value there would multiply it by 2^-127, which pow2 flushes to 0.
   constexpr A kTopBinade = A(2) / std::numeric_limits<A>::min();
-  using Edge = ScaledEdge<A>;
+  using Edge = ScaledEdge<A, TANGENT>;
   using LogCell = LinearCell<A, false>;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
+  // The scores' staging (all warps), then (TANGENT) the direction's.
   T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, R>;
+  T* const dir_stage = stage + kWarpsPerBlock * kStageElements<T, R>;
+  const bool has_dir = TANGENT && a.dir_scores != nullptr;
   const int lane = threadIdx.x & (kWarp - 1);
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
@@ -136,7 +159,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     const PairLengths len = pair_lengths(a.lengths, b, a.rows, a.cols);
     const int m = static_cast<int>(len.m), n = static_cast<int>(len.n);
     if (m == 0 || n == 0) {
-      if (band == 0 && lane == 0) {
+      if (kReduces && band == 0 && lane == 0) {
         const A value = len.valid ? A(0) : quiet_nan<A>();
         a.score[b] = store_as<T>(value);
         PairTotal<A>::of(value).store(a.total, b);
@@ -160,23 +183,35 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     for (int k = 0; k < R; ++k) row_ok[k] = r0 + k < rows_here;
     // With state: this band's H (cell (r, c) at ((r + c) mod n) * rows_here + r)
     // and each row's first cell in row-major order (the argmax index).
-    A* const band_hidden = STATE ? a.hidden + b * plane + int64_t(top) * n : nullptr;
+    A* const band_hidden = kStores ? a.hidden + b * plane + int64_t(top) * n : nullptr;
     int64_t row_index[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) row_index[k] = int64_t(top + r0 + k) * a.cols - (r0 + k);
 
     // ---- staging: chunk q into slot q & 1, row lR + k at [k][l]
     const T* const band_scores = a.scores + b * plane + int64_t(top) * a.cols;
+    const T* const band_dir = has_dir ? a.dir_scores + b * plane + int64_t(top) * a.cols : nullptr;
     auto stage_chunk = [&](int q) {
       stage_parallelogram<T, R>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
                                 a.scores, a.scores_end, lane);
-      copy_async_commit();
+      if (has_dir)
+        stage_parallelogram<T, R>(dir_stage + (q & 1) * kSlot, band_dir, a.cols, q, rows_here, n,
+                                  a.dir_scores, a.dir_scores + (a.scores_end - a.scores), lane);
+      copy_async_commit();  // one group for the chunk's inputs
     };
-    // This lane's row k of a slot, from its first element.
+    // This lane's row k of a slot, from its first element (and of the direction's).
     const T* srow[R];
+    const T* drow[R];
 #pragma unroll
-    for (int k = 0; k < R; ++k)
+    for (int k = 0; k < R; ++k) {
       srow[k] = stage + (k * kWarp + lane) * kPitch + parallelogram_offset(band_scores, a.cols, r0 + k);
+      drow[k] = dir_stage + (k * kWarp + lane) * kPitch +
+                (has_dir ? parallelogram_offset(band_dir, a.cols, r0 + k) : 0);
+    }
+    // TANGENT: row k's direction at step x of a slot (caller units).
+    auto direction = [&](int k, int slot, int x) {
+      return has_dir ? to_acc<A>(drow[k][slot + x]) : A(0);
+    };
 
     // ---- state, probability domain: row k as z = Z 2^-o[k]
     A z[R], diag[R], start[R], from_above[R], best_z[R], sum_z[R];
@@ -188,8 +223,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       o[k] = 0;
     }
     int o_first = 0, o_last = 0;  // lane 0's row 0 and lane 31's row R-1
-    // ---- state, log domain (after a switch): H = log2 Z
+    // ---- TANGENT, probability domain: y = Y 2^-o[k] (Y = Z Hdot), in z's scale
+    A y[R] = {}, ydiag[R] = {};
+    // ---- state, log domain (after a switch): H = log2 Z (TANGENT: and Hdot)
     A h[R] = {}, hdiag[R] = {};
+    A hd[R] = {}, hddiag[R] = {};
     // ---- reductions, log2 units (with state, "max" keeps the argmax too)
     A best = A(0);
     MaxArg<A> best_cell;
@@ -215,12 +253,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     A edge_m = A(1), edge_e = A(0), edge_up = A(1), edge_h = A(0);
     A low_z = A(1), pend_z = A(1), low_h = A(0), pend_h = A(0);
     int low_o = 0, pend_o = 0;
+    // TANGENT: the edge's Hdot (edge_yup = edge_up Hdot: its Y in lane 0's
+    // scale); the last row's y (log domain: Hdot) next to low_z and pend_z.
+    A edge_hd = A(0), edge_yup = A(0), low_y = A(0), pend_y = A(0);
     // Edge columns due for storing at the end of the group of steps: a full
     // group of 32 ending at store_group, and the pair's last column (when it
     // does not end a full group).
     int store_group = -1, store_tail = -1;
 
     auto fold = [&]() {
+      if constexpr (!kReduces) return;
 #pragma unroll
       for (int k = 0; k < R; ++k) {
         if (SOFT) {
@@ -239,6 +281,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         const A down = pow2<A>(-e);
         z[k] *= down;
         diag[k] *= down;
+        if constexpr (TANGENT) {
+          y[k] *= down;
+          ydiag[k] *= down;
+        }
         o[k] += e;
         start[k] = pow2<A>(-o[k]);
       }
@@ -248,6 +294,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       o_first = __shfl_sync(kFullMask, o[0], 0);
       o_last = __shfl_sync(kFullMask, o[R - 1], kWarp - 1);
       edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
+      edge_yup = edge_up * edge_hd;
     };
     auto inside = [&](int t, int k) {
       return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
@@ -255,7 +302,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     // With state: a cell's H to `hidden`, and to the argmax ("max"). Step t
     // is anti-diagonal t of the band: slot t mod n.
     auto keep = [&](int t, int k, A h, auto checked) {
-      if constexpr (STATE) {
+      if constexpr (kStores) {
         int slot_t = t;
         if constexpr (decltype(checked)::value)
           while (slot_t >= n) slot_t -= n;  // t < n + 32: rarely more than once
@@ -268,17 +315,31 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       constexpr bool kChecked = decltype(checked)::value;
       const A up_lane = __shfl_up_sync(kFullMask, z[R - 1], 1) * from_above[0];
       const A up_edge = __shfl_sync(kFullMask, edge_up, x);
+      A yup_lane = A(0), yup_edge = A(0);
+      if constexpr (TANGENT) {
+        yup_lane = __shfl_up_sync(kFullMask, y[R - 1], 1) * from_above[0];
+        yup_edge = __shfl_sync(kFullMask, edge_yup, x);
+      }
       for_rows_down<R>([&](auto row) {
         constexpr int k = decltype(row)::value;
         // Lane 0's edge_up is the border 1 in its scale when there is no band above.
         const A up = k > 0 ? z[k - 1] * from_above[k] : lane != 0 ? up_lane : up_edge;
         const A w = exp2_acc(scaled(to_acc<A>(srow[k][slot + x]), scale));
         const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
-        diag[k] = up;
         const bool in = !kChecked || inside(t, k);
+        if constexpr (TANGENT) {
+          const A yup = k > 0 ? y[k - 1] * from_above[k] : lane != 0 ? yup_lane : yup_edge;
+          const A yn = probability_tangent_cell(w, diag[k], ydiag[k], direction(k, slot, x), c, yup, y[k]);
+          ydiag[k] = yup;
+          y[k] = in ? yn : y[k];
+          if (in) keep(t, k, yn / zn, checked);
+        }
+        diag[k] = up;
         z[k] = in ? zn : z[k];
-        if (SOFT) sum_z[k] += in ? zn : A(0);
-        else if (!STATE) best_z[k] = max_of(best_z[k], in ? zn : A(0));
+        if constexpr (kReduces) {
+          if (SOFT) sum_z[k] += in ? zn : A(0);
+          else if (!STATE) best_z[k] = max_of(best_z[k], in ? zn : A(0));
+        }
         if (STATE && in) {
           // "max": the first largest H of the row (no NaN here: a group with
           // one is undone); folded into best_cell when the row switches or ends.
@@ -301,6 +362,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         pend_o = to_pend ? o_last : pend_o;
         low_z = to_low ? v : low_z;
         low_o = to_low ? o_last : low_o;
+        if constexpr (TANGENT) {
+          const A vy = __shfl_sync(kFullMask, y[R - 1], kWarp - 1);
+          pend_y = to_pend ? vy : pend_y;
+          low_y = to_low ? vy : low_y;
+        }
         if (has_below && col >= 0 && col < n) {
           if ((col & (kWarp - 1)) == kWarp - 1) store_group = col;
           else if (col == n - 1) store_tail = col;
@@ -310,27 +376,51 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     auto log_step = [&](const int t, const int x, const int slot) {
       const A up_lane = __shfl_up_sync(kFullMask, h[R - 1], 1);
       const A up_edge = __shfl_sync(kFullMask, edge_h, x);
+      A hdup_lane = A(0), hdup_edge = A(0);
+      if constexpr (TANGENT) {
+        hdup_lane = __shfl_up_sync(kFullMask, hd[R - 1], 1);
+        hdup_edge = __shfl_sync(kFullMask, edge_hd, x);
+      }
       for_rows_down<R>([&](auto row) {
         constexpr int k = decltype(row)::value;
         const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : up_edge;  // border: 0
         const A sk = scaled(to_acc<A>(srow[k][slot + x]), scale);
-        const A hn = LogCell::value(hdiag[k] + sk, up + a.gap, h[k] + a.gap);
+        const A vd = hdiag[k] + sk, vu = up + a.gap, vl = h[k] + a.gap;
+        const A hn = LogCell::value(vd, vu, vl);
+        const bool in = inside(t, k);
+        if constexpr (TANGENT) {
+          const A hdup = k > 0 ? hd[k - 1] : lane != 0 ? hdup_lane : hdup_edge;  // border: 0
+          const Weights<A> p = LogCell::normalized_weights(hn, vd, vu, vl);
+          const A hdn = p.p1 * (hddiag[k] + direction(k, slot, x)) + p.p2 * hdup + p.p3 * hd[k];
+          hddiag[k] = hdup;
+          if (in) {
+            hd[k] = hdn;
+            keep(t, k, hdn, std::true_type{});
+          }
+        }
         hdiag[k] = up;
-        if (inside(t, k)) {
+        if (in) {
           h[k] = hn;
-          if (SOFT) soft.add(hn);
-          else if (!STATE && !is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
-          else if (STATE) best_cell.add(hn, row_index[k] + t);
-          keep(t, k, hn, std::true_type{});
+          if constexpr (kReduces) {
+            if (SOFT) soft.add(hn);
+            else if (!STATE && !is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
+            else if (STATE) best_cell.add(hn, row_index[k] + t);
+            keep(t, k, hn, std::true_type{});
+          }
         }
       });
       if (has_below) {
         const A v = __shfl_sync(kFullMask, h[R - 1], kWarp - 1);
+        const A vd = TANGENT ? __shfl_sync(kFullMask, hd[R - 1], kWarp - 1) : A(0);
         const int col = t - (kBandRows - 1);
         if (x == kChunkSteps - 1) {
-          if (lane == 0) pend_h = v;
+          if (lane == 0) {
+            pend_h = v;
+            pend_y = vd;
+          }
         } else if (lane == (col & (kWarp - 1))) {
           low_h = v;
+          low_y = vd;
         }
         if (col >= 0 && col < n) {
           if ((col & (kWarp - 1)) == kWarp - 1) store_group = col;
@@ -339,9 +429,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       }
     };
     // The band's last row to the band below: columns (last & ~31) .. last.
-    auto put_columns = [&](int last, bool log_domain, A z_col, int o_col, A h_col) {
+    // y_col (TANGENT): the column's y, or in the log domain its Hdot.
+    auto put_columns = [&](int last, bool log_domain, A z_col, int o_col, A h_col, A y_col) {
       const int col = (last & ~(kWarp - 1)) + lane;
       if (col > last) return;
+      const A hdot = TANGENT && !log_domain ? y_col / z_col : y_col;
       A mant, e;
       if (!log_domain) {
         const int k = exponent_of(z_col);
@@ -354,24 +446,25 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         e = floor(h_col);
         mant = exp2_acc(h_col - e);
       }
-      Edge::put(edge_below + int64_t(col) * Edge::kWords, mant, e, col);
+      Edge::put(edge_below + int64_t(col) * Edge::kWords, mant, e, hdot, col);
     };
     // The columns due at the end of a group. The column collected at a
     // chunk's last step (t0 + 32 - 32R, lane 0's) waits in pend_* until the
     // full group before it is stored; it is stored from there when it is the
     // pair's last column.
     auto store_edge = [&](int t0, bool log_domain, bool chunk_end) {  // t0: the chunk's first step
-      if (store_group >= 0) put_columns(store_group, log_domain, low_z, low_o, low_h);
+      if (store_group >= 0) put_columns(store_group, log_domain, low_z, low_o, low_h, low_y);
       const bool pending = chunk_end && lane == 0;
       if (store_tail >= 0) {
         const bool from_pend = pending && (store_tail & ~(kWarp - 1)) == t0 + kChunkSteps - kBandRows;
         put_columns(store_tail, log_domain, from_pend ? pend_z : low_z, from_pend ? pend_o : low_o,
-                    from_pend ? pend_h : low_h);
+                    from_pend ? pend_h : low_h, from_pend ? pend_y : low_y);
       }
       if (pending) {
         low_z = pend_z;
         low_o = pend_o;
         low_h = pend_h;
+        low_y = pend_y;
       }
       store_group = store_tail = -1;
     };
@@ -392,13 +485,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       // lane collects the edge, which stores) is then known at compile time.
 #pragma unroll(decltype(checked)::value ? 1 : kChunkSteps / kGroup)
       for (int g = 0; g < kChunkSteps; g += kGroup) {
-        A z0[R], diag0[R];
+        A z0[R], diag0[R], y0[R], ydiag0[R];
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           z0[k] = z[k];
           diag0[k] = diag[k];
+          y0[k] = y[k];
+          ydiag0[k] = ydiag[k];
         }
-        const A low_z0 = low_z;
+        const A low_z0 = low_z, low_y0 = low_y;
         const int low_o0 = low_o;
         A best_h0[R];
         int best_t0[R];
@@ -411,7 +506,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         for (int j = 0; j < kGroup; ++j) probability_step(t0 + g + j, g + j, slot, checked);
         bool finite = true;  // and below the top binade
 #pragma unroll
-        for (int k = 0; k < R; ++k) finite &= z[k] < kTopBinade;  // false for NaN
+        for (int k = 0; k < R; ++k) {
+          finite &= z[k] < kTopBinade;  // false for NaN
+          if constexpr (TANGENT) finite &= y[k] < kTopBinade && y[k] > -kTopBinade;
+        }
         if (__all_sync(kFullMask, finite)) {
           renormalise();
           store_edge(t0, false, g + kGroup == kChunkSteps);
@@ -423,10 +521,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         for (int k = 0; k < R; ++k) {
           h[k] = log2_acc(z0[k]) + A(o[k]);
           hdiag[k] = log2_acc(diag0[k]) + A(o[k]);  // -inf if it flushed to 0: negligible
+          if constexpr (TANGENT) {  // Hdot = y / z (z >= 2^-o > 0; diag may have flushed: weight 0)
+            hd[k] = y0[k] / z0[k];
+            hddiag[k] = diag0[k] > A(0) ? ydiag0[k] / diag0[k] : A(0);
+          }
           sum_z[k] = best_z[k] = A(0);  // what the undone steps added
         }
         edge_h = log2_acc(edge_m) + edge_e;
         low_h = log2_acc(low_z0) + A(low_o0);
+        if constexpr (TANGENT) low_y = low_y0 / low_z0;
 #pragma unroll
         for (int k = 0; k < R; ++k) {  // the undone steps' H are written again
           best_h[k] = best_h0[k];
@@ -455,11 +558,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         const int col = t0 + lane;
         edge_m = A(1);
         edge_e = A(0);
-        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e, next_edge);
+        edge_hd = A(0);
+        if (col < n)
+          Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e, edge_hd, next_edge);
         if (col + kChunkSteps < n)
           next_edge = Edge::Words::load(edge_above + int64_t(col + kChunkSteps) * Edge::kWords);
-        if (log_domain) edge_h = log2_acc(edge_m) + edge_e;
-        else edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
+        if (log_domain) {
+          edge_h = log2_acc(edge_m) + edge_e;
+        } else {
+          edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
+          edge_yup = edge_up * edge_hd;
+        }
       }
       const int slot = (q & 1) * kSlot;
       int log_from = 0;
@@ -475,6 +584,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       if (q + 2 < chunks) stage_chunk(q + 2);
       else copy_async_commit();  // an empty group keeps the count of wait<1>
     }
+    if constexpr (!kReduces) continue;
     if (!log_domain) {
       fold();
       if (STATE && !SOFT) fold_best();
@@ -492,6 +602,25 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
 
 }  // namespace cuda
 
+namespace cuda {
+
+// The arguments of a probability-domain pass over problem `p` (outputs unset).
+template <typename T, typename A>
+ProbabilityForwardArgs<T, A> probability_args(const Problem& p, const Workspace& ws) {
+  ProbabilityForwardArgs<T, A> args;
+  static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
+  args.unscale = A(p.temperature * kLn2);
+  args.gap = args.open.value;  // a constant (runs_probability_forward)
+  args.gap_weight = A(std::exp2(double(args.gap)));
+  args.score = nullptr;
+  args.hidden = nullptr;
+  args.argmax = nullptr;
+  args.total = nullptr;
+  return args;
+}
+
+}  // namespace cuda
+
 bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
@@ -499,18 +628,14 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);
-    ProbabilityForwardArgs<T, A> args;
-    static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
-    args.unscale = A(p.temperature * kLn2);
-    args.gap = args.open.value;  // a constant (runs_probability_forward)
-    args.gap_weight = A(std::exp2(double(args.gap)));
+    ProbabilityForwardArgs<T, A> args = probability_args<T, A>(p, ws);
     args.score = static_cast<T*>(out.score);
     args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;
     args.total = static_cast<A*>(out.total);
     auto launch = [&](auto rows_per_lane, auto soft, auto state) {
       constexpr int R = decltype(rows_per_lane)::value;
-      launch_persistent<probability_forward<T, A, R, soft(), state()>>(
+      launch_persistent<probability_forward<T, A, R, soft(), state(), false>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
     // Rows per lane as rows_per_thread says: one with state, and in double;
@@ -524,6 +649,24 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     };
     if (args.soft_reduction) with_state(std::true_type{});
     else with_state(std::false_type{});
+  });
+  return true;
+}
+
+bool probability_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
+                              const cuda::Workspace& ws, cudaStream_t s) {
+  using namespace cuda;
+  // The training forward ran in the probability domain too, one row per lane:
+  // Hdot goes to that band layout.
+  if (!runs_probability_forward(p)) return false;
+  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using A = decltype(acc);
+    ProbabilityForwardArgs<T, A> args = probability_args<T, A>(p, ws);
+    args.hidden = static_cast<A*>(hdot);
+    args.dir_scores = static_cast<const T*>(d.dir_scores);
+    launch_persistent<probability_forward<T, A, 1, false, false, true>>(
+        args, s, "probability_forward (tangent)", 2 * staging_smem_bytes<T, 1>());
   });
   return true;
 }

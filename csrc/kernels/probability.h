@@ -120,6 +120,19 @@ SOFTSW_HD A probability_cell(A start, A w, A diag, A c, A up, A left) {
   return w * diag + (c * (up + left) + start);
 }
 
+// The tangent of probability_cell along a direction dS on the cell's score
+// (caller units; a constant gap has no direction). With Hdot = dH / de in
+// caller units and Z = exp(H / T) (H in caller units), dZ = Z Hdot / T and
+// dw = w dS / T; so Y = Z Hdot obeys Z's recurrence with a source w Zd dS:
+//   Y[i,j] = w (Y[i-1,j-1] + Z[i-1,j-1] dS) + c (Y[i-1,j] + Y[i,j-1]),   Y = 0 on the border
+// with the same weights: Y keeps Z's scale (y = Y 2^-o), and Hdot = y / z.
+// Two FMAs and an add more than the cell; terms of either sign, as the log
+// domain's Hdot = p1 (Hdot_diag + dS) + p2 Hdot_up + p3 Hdot_left has.
+template <typename A>
+SOFTSW_HD A probability_tangent_cell(A w, A diag, A ydiag, A ds, A c, A yup, A yleft) {
+  return w * (ydiag + diag * ds) + c * (yup + yleft);
+}
+
 // The affine cell's weights in the probability domain, for a backward pass
 // that reads the log-domain nodes C, U, L the forward kept (recurrence.h's
 // AffineCell). With Z = 2^node, every node of a cell relative to its C node:

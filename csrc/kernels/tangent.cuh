@@ -1,9 +1,12 @@
 // The first half of the CUDA double backward (docs/math.md "Double backward",
 // steps 1 and 2), shared by the linear and affine passes:
-//  * tangent_cuda (forward.cu): the forward skeleton with LinearTangentRow or
-//    AffineTangentRow writes the tangents of every cell along the direction
-//    into `hdot` (hidden's layout: 1 plane per pair, Hdot; affine 5 planes,
-//    Cdot Udot Ldot Adot Bdot);
+//  * tangent_cuda (forward.cu) writes the tangents of every cell along the
+//    direction into `hdot` (hidden's layout: 1 plane per pair, Hdot; affine 5
+//    planes, Cdot Udot Ldot Adot Bdot): where the training forward ran in the
+//    probability domain (linear, constant gap, T > 0) on its skeleton
+//    (probability_tangent_cuda, forward_probability.cu: Y = Z Hdot next to
+//    Z), else on the log-domain forward skeleton with LinearTangentRow or
+//    AffineTangentRow;
 //  * seed_tangent_cuda: for reduction "soft", the tangent of the seed's total
 //    per pair, sdot = sum_ij 2^(C_ij - total) Cdot_ij (caller units).
 // The reverse passes (double_backward.cu, affine.cu) read both.

@@ -373,7 +373,10 @@ struct DoubleBackwardWorkspace {
 inline int64_t edges_dot_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
   const int64_t acc = accumulates_in_double(p.dtype) ? 8 : 4;
-  return align16(units * p.cols * acc * 2 * (p.affine ? 6 : 2));
+  // Tagged values per column (two words of 4 bytes each of acc): the affine
+  // tangent row's 6; the linear tangent's (m, e, Hdot) in the probability
+  // domain (LinearTangentRow: 2), and the reverse pass's 2.
+  return align16(units * p.cols * acc * 2 * (p.affine ? 6 : 3));
 }
 
 inline int64_t hdot_elements(const Problem& p) {
@@ -873,6 +876,11 @@ inline void dispatch_dtype(Dtype d, F&& f) {
 // problems it covers (runs_probability_forward); false, launching nothing, for
 // the others.
 bool probability_forward_cuda(const Problem& problem, const ForwardOutputs& out,
+                              const cuda::Workspace& ws, cudaStream_t stream);
+// The double backward's tangent pass (tangent.cuh) on the same skeleton, for
+// the problems it covers (Hdot of every cell into `hdot`, band edges in `ws`'s
+// edges: edges_dot_bytes); false, launching nothing, for the others.
+bool probability_tangent_cuda(const Problem& problem, const DoubleBackwardArgs& args, void* hdot,
                               const cuda::Workspace& ws, cudaStream_t stream);
 
 }  // namespace softsw

@@ -331,6 +331,12 @@ int main(int argc, char** argv) {
   // The range rule's other side: a small temperature on large scores (log domain).
   cases.push_back({Dtype::Float32, 2, 70, 45, false, 0.05, Reduction::Soft, false, false, 30.0});
   cases.push_back({Dtype::Float32, 2, 70, 45, true, 0.05, Reduction::Soft, true, false, 30.0});
+  // Scores too large for the probability domain at T = 1 (the gap in range):
+  // the probability-domain passes switch to the log domain at once (scale
+  // 30), or part of the way along (9; float64: 60).
+  for (double scale : {30.0, 9.0})
+    cases.push_back({Dtype::Float32, 2, 70, 45, false, 1.0, Reduction::Soft, true, false, scale});
+  cases.push_back({Dtype::Float64, 2, 70, 45, false, 1.0, Reduction::Max, false, false, 60.0});
   int bad = 0;
   for (const Case& c : cases) bad += !check(c, rng);
   std::printf("%zu cases, %d bad\n", cases.size(), bad);
