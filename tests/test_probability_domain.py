@@ -323,7 +323,7 @@ def test_training_argmax_is_the_max_cell(gen):
 # --------------------------------------------------------------------------
 
 
-def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda"):
+def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda", v_scale=1.0):
     """The Hessian-vector product (d/dS of <V, d score / d S>, weighted by
     random w) and <V, A> of `device` against the float64 CPU kernels on
     exactly the values the kernel sees (constant gap -1: the tangent pass
@@ -332,7 +332,7 @@ def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda"):
     S = S.to(dtype)
     B, M, N = S.shape
     w = randn(gen, B, scale=0.25, shift=1.0)
-    V = randn(gen, B, M, N)
+    V = randn(gen, B, M, N, scale=v_scale)
     lens = None if lengths is None else lengths.to(device)
     got, _ = first_and_second(S.to(device), -1.0, T, lens, reduction, w.to(device),
                               V.to(device), None, dtype)
@@ -384,6 +384,16 @@ def test_hvp_switch_to_log_domain_mid_band(gen, where):
     S[1, r, c] = -big
     for reduction in ("max", "soft"):
         check_hvp(gen, S, 1.0, None, reduction, torch.float32)
+
+
+def test_hvp_huge_direction(gen):
+    """A direction so large (1e25) that Y = Z Hdot overflows where Z does not
+    (Z grows up to ~2^64 in a group of steps at these scores): the tangent
+    pass alone continues in the log domain, and stays finite."""
+    B, M, N = 2, 70, 90
+    S = randn(gen, B, M, N, scale=4.0)
+    got = check_hvp(gen, S, 1.0, None, "soft", torch.float32, v_scale=1e25)
+    assert all(torch.isfinite(g).all() for g in got)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

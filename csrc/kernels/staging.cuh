@@ -96,7 +96,8 @@ __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int6
     // cover a row. The chunk's words are numbered row by row and dealt to the
     // 32 lanes in turn, so a warp-wide copy moves 32 words, not one row's 17
     // (ncu: a copy a row left lanes 17..31 idle and ran the bfloat16 forward
-    // at twice the float one's instructions). A word may reach one element
+    // at twice the float one's instructions; dealt to all lanes, bfloat16
+    // inference ran 30-39 % faster, H200). A word may reach one element
     // past the tensor only in a chunk whose last row's words reach its end:
     // only such a chunk checks.
     constexpr int kWords = kWarp / 2 + 1;
