@@ -218,6 +218,19 @@ def test_more_accurate_than_the_log_domain(gen):
 # --------------------------------------------------------------------------
 
 
+def scores_with_one_far_cell(gen, where):
+    """(2, 150, 300) N(0, 1) scores at T = 1 with one cell far out of the float
+    range rule (pair 0: dominating, pair 1: far below), in the first band, in
+    a late column of a middle band, or in the last row."""
+    B, M, N = 2, 150, 300
+    S = randn(gen, B, M, N)
+    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
+    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
+    S[0, r, c] = big
+    S[1, r, c] = -big
+    return S
+
+
 def check_training(gen, S, gap, T, lengths, reduction, dtype, weighted=True):
     """Score and d score / d S of the CUDA training step against the float64
     CPU kernel, on exactly the values the CUDA kernel sees; the gradient of
@@ -268,13 +281,8 @@ def test_training_temperatures_and_magnitudes(gen, T, magnitude, reduction):
 def test_training_switch_to_log_domain_mid_band(gen, where, reduction):
     """The forward's band that switches writes H from both domains; the
     gradient through it is exact."""
-    B, M, N = 2, 150, 300
-    S = randn(gen, B, M, N)
-    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
-    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
-    S[0, r, c] = big
-    S[1, r, c] = -big
-    check_training(gen, S, -1.0, 1.0, None, reduction, torch.float32)
+    check_training(gen, scores_with_one_far_cell(gen, where), -1.0, 1.0, None, reduction,
+                   torch.float32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -376,12 +384,7 @@ def test_hvp_temperatures_and_magnitudes(gen, T, magnitude, reduction):
 def test_hvp_switch_to_log_domain_mid_band(gen, where):
     """One cell far out of range: its band's tangent pass switches to the log
     domain there (Y = Z Hdot handed over as Hdot), the other bands do not."""
-    B, M, N = 2, 150, 300
-    S = randn(gen, B, M, N)
-    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
-    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
-    S[0, r, c] = big
-    S[1, r, c] = -big
+    S = scores_with_one_far_cell(gen, where)
     for reduction in ("max", "soft"):
         check_hvp(gen, S, 1.0, None, reduction, torch.float32)
 

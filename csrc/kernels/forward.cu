@@ -30,10 +30,10 @@ template <typename T, typename A>
 struct ForwardArgs : WavefrontArgs<T, A> {
   A unscale;  // caller units per kernel unit
   bool vector_ok;
-  T* score;
-  A* hidden;  // the saved planes (Row::kPlanes per pair), or nullptr
-  int64_t* argmax;
-  A* total;
+  T* score = nullptr;
+  A* hidden = nullptr;  // the saved planes (Row::kPlanes per pair), or nullptr
+  int64_t* argmax = nullptr;
+  A* total = nullptr;
   // The tangent pass of the double backward (LinearTangentRow,
   // AffineTangentRow): the direction on scores, gap_open, gap_extend,
   // (B, M, N) contiguous, each nullptr for zero. Other rows ignore them.
@@ -531,10 +531,6 @@ ForwardArgs<T, A> forward_args(const Problem& p, const Workspace& ws) {
   static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
   args.unscale = A(runs_hard(p) ? 1.0 : p.temperature * kLn2);
   args.vector_ok = vector_access_ok(p, p.scores);
-  args.score = nullptr;
-  args.hidden = nullptr;
-  args.argmax = nullptr;
-  args.total = nullptr;
   return args;
 }
 

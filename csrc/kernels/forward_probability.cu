@@ -66,11 +66,11 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
   A unscale;     // caller units per kernel unit
   A gap;         // the gap in kernel units (log domain)
   A gap_weight;  // 2^gap (probability domain)
-  T* score;
-  A* hidden;  // with state: H of every cell (wavefront.cuh's band layout); tangent: Hdot
+  T* score = nullptr;
+  A* hidden = nullptr;  // with state: H of every cell (wavefront.cuh's band layout); tangent: Hdot
   const T* dir_scores = nullptr;  // tangent: the direction on the scores, or nullptr (zero)
-  int64_t* argmax;
-  A* total;
+  int64_t* argmax = nullptr;
+  A* total = nullptr;
 };
 
 // Steps between two checks (and renormalisations); a chunk holds whole
@@ -604,19 +604,25 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
 
 namespace cuda {
 
-// The arguments of a probability-domain pass over problem `p` (outputs unset).
-template <typename T, typename A>
-ProbabilityForwardArgs<T, A> probability_args(const Problem& p, const Workspace& ws) {
-  ProbabilityForwardArgs<T, A> args;
-  static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
-  args.unscale = A(p.temperature * kLn2);
-  args.gap = args.open.value;  // a constant (runs_probability_forward)
-  args.gap_weight = A(std::exp2(double(args.gap)));
-  args.score = nullptr;
-  args.hidden = nullptr;
-  args.argmax = nullptr;
-  args.total = nullptr;
-  return args;
+// For a problem the probability-domain passes cover (runs_probability_forward:
+// the training forward ran there too, one row per lane, so its state and the
+// tangents share that band layout), calls f(args) with the arguments of a
+// pass over it (outputs unset; a ProbabilityForwardArgs<T, A> of p's dtype)
+// and returns true; returns false, calling nothing, for the others.
+template <typename F>
+bool run_probability_pass(const Problem& p, const Workspace& ws, F&& f) {
+  if (!runs_probability_forward(p)) return false;
+  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using A = decltype(acc);
+    ProbabilityForwardArgs<T, A> args;
+    static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
+    args.unscale = A(p.temperature * kLn2);
+    args.gap = args.open.value;  // a constant (runs_probability_forward)
+    args.gap_weight = A(std::exp2(double(args.gap)));
+    f(args);
+  });
+  return true;
 }
 
 }  // namespace cuda
@@ -624,11 +630,9 @@ ProbabilityForwardArgs<T, A> probability_args(const Problem& p, const Workspace&
 bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
-  if (!runs_probability_forward(p)) return false;
-  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    using A = decltype(acc);
-    ProbabilityForwardArgs<T, A> args = probability_args<T, A>(p, ws);
+  return run_probability_pass(p, ws, [&](auto& args) {
+    using T = std::remove_pointer_t<decltype(args.score)>;
+    using A = std::remove_pointer_t<decltype(args.hidden)>;
     args.score = static_cast<T*>(out.score);
     args.hidden = static_cast<A*>(out.hidden);
     args.argmax = out.argmax;
@@ -650,25 +654,19 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     if (args.soft_reduction) with_state(std::true_type{});
     else with_state(std::false_type{});
   });
-  return true;
 }
 
 bool probability_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
-  // The training forward ran in the probability domain too, one row per lane:
-  // Hdot goes to that band layout.
-  if (!runs_probability_forward(p)) return false;
-  dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    using A = decltype(acc);
-    ProbabilityForwardArgs<T, A> args = probability_args<T, A>(p, ws);
-    args.hidden = static_cast<A*>(hdot);
+  return run_probability_pass(p, ws, [&](auto& args) {
+    using T = std::remove_pointer_t<decltype(args.score)>;
+    using A = std::remove_pointer_t<decltype(args.hidden)>;
+    args.hidden = static_cast<A*>(hdot);  // the band layout of the forward's state
     args.dir_scores = static_cast<const T*>(d.dir_scores);
     launch_persistent<probability_forward<T, A, 1, false, false, true>>(
         args, s, "probability_forward (tangent)", 2 * staging_smem_bytes<T, 1>());
   });
-  return true;
 }
 
 }  // namespace softsw
