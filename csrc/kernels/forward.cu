@@ -40,8 +40,8 @@ struct ForwardArgs : WavefrontArgs<T, A> {
   const T* dir_scores = nullptr;
   const T* dir_open = nullptr;
   const T* dir_extend = nullptr;
-  // Rows with kReadsState: the training forward's saved H (plane 0 of its
-  // state, the band layout of this pass's R).
+  // Rows with kStatePlanes: the training forward's saved state (that many
+  // planes a pair, the band layout of this pass's R).
   const A* state = nullptr;
 };
 
@@ -51,11 +51,12 @@ struct ForwardArgs : WavefrontArgs<T, A> {
 // plane p of the saved state holds state[saved(p)]. A row may read kInputs
 // more (B, M, N) tensors per cell (input(a, i), nullptr for zeros), loaded a
 // step ahead like the scores and passed to cell() as `in` (not rescaled), and
-// (kReadsState) the training forward's H of the cell, as in[kInputs].
+// (kStatePlanes) the training forward's saved planes of the cell, plane p as
+// in[kInputs + p].
 template <typename A, bool HARD, bool GAP_TENSOR>
 struct LinearRow {
   static constexpr bool kHard = HARD, kReduces = true;
-  static constexpr bool kReadsState = false;
+  static constexpr int kStatePlanes = 0;
   static constexpr int kState = 1, kDiag = 1, kDown = 1, kPlanes = 1, kInputs = 0;
   __device__ static constexpr int saved(int) { return 0; }
   // Row 0's view of the row above it, and a row's state left of column 1.
@@ -73,7 +74,7 @@ template <typename A, bool HARD, bool GAP_TENSOR>
 struct AffineRow {
   enum { kC, kA, kU, kB, kL };
   static constexpr bool kHard = HARD, kReduces = true;
-  static constexpr bool kReadsState = false;
+  static constexpr int kStatePlanes = 0;
   static constexpr int kState = 5, kDiag = 1, kDown = 3, kPlanes = 3, kInputs = 0;
   __device__ static constexpr int saved(int p) { return p == 0 ? kC : p == 1 ? kU : kL; }
   __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
@@ -98,16 +99,21 @@ struct AffineRow {
 };
 
 // The tangent pass of the affine double backward (docs/math.md: tangents node
-// by node; the CPU's tangent_affine in cpu/reverse.h): AffineRow's values recomputed with the
-// forward's arithmetic, their softmax weights, and the tangents along the
-// direction (dir_*, caller units, as every tangent here). Saves the planes
-// Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0 the
-// Hessian is zero and this pass does not run).
+// by node; the CPU's tangent_affine in cpu/reverse.h): the weights of every
+// node from the training forward's saved C, U, L of the cell (kStatePlanes)
+// as probability.h's shares (AffineProbabilityWeights: 4 exp2 and 5
+// divisions a cell, where recomputing the nodes and their softmax weights in
+// the log domain took ~20 exp2 and log2), and the tangents along the
+// direction (dir_*, caller units, as every tangent here). A row hands on, next
+// to each tangent, the shares that its readers' weights need: a and u (the
+// A and U nodes relative to C) down, b and l to its own next cell. Saves the
+// planes Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0
+// the Hessian is zero and this pass does not run).
 template <typename A, bool GAP_TENSOR>
 struct AffineTangentRow {
   enum { kC, kCd, kA, kU, kAd, kUd, kB, kL, kBd, kLd };
   static constexpr bool kHard = false, kReduces = false;
-  static constexpr bool kReadsState = false;
+  static constexpr int kStatePlanes = 3;  // C, U, L
   static constexpr int kState = 10, kDiag = 2, kDown = 6, kPlanes = 5, kInputs = 3;
   template <typename Args>
   __device__ static auto input(const Args& a, int i) {
@@ -116,42 +122,46 @@ struct AffineTangentRow {
   __device__ static constexpr int saved(int p) {
     return p == 0 ? kCd : p == 1 ? kUd : p == 2 ? kLd : p == 3 ? kAd : kBd;
   }
-  __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
-  __device__ static A left(int i) {
-    return i == kU || i == kL ? -std::numeric_limits<A>::infinity() : A(0);
+  // The border's shares (AffineShares::boundary: A = B = C = 1, U = L = 0),
+  // C = 0 and every tangent 0.
+  __device__ static A top(int i) { return i == kA || i == kB ? A(1) : A(0); }
+  __device__ static A left(int i) { return top(i); }
+  // A gap node's tangent: its open move from a node with share `from` (A
+  // above, B to the left; tangent from_dot), its extend move from a gap node
+  // with share `gap` (tangent gap_dot); the open weight is o from / g.
+  __device__ static A gap_tangent(A open, A extend, A from, A from_dot, A gap, A gap_dot, A dO,
+                                  A dE) {
+    const GapWeights<A> w = AffineProbabilityWeights<A, AccMath>::per_share(open, from, extend * gap);
+    return w.open * from * (from_dot + dO) + w.extend * (gap_dot + dE);
+  }
+  // A node's tangent as the shares-weighted sum `weighted` over its share
+  // `share`; 0 where the share underflowed to 0 (the node is then negligible
+  // next to C, and so is every weight on its tangent).
+  __device__ static A node_tangent(A weighted, A share) {
+    return share > A(0) ? weighted / share : A(0);
   }
   template <typename Args>
   __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
                               const A* up, A (&st)[kState], const A* in) {
-    using Cell = LinearCell<A, false>;
-    using Aff = AffineCell<A, false>;
-    const A o = a.open.template at<GAP_TENSOR>(b, r, c);
-    const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
-    const A D = diag[kC] + s;
-    const A vuo = up[kA] + o, vue = up[kU] + e, vlo = st[kB] + o, vle = st[kL] + e;
-    const A U = Aff::gap(vuo, vue);
-    const A L = Aff::gap(vlo, vle);
-    const A C = Cell::value(D, U, L);
-    const A Ap = Aff::prime(D, L);
-    const A Bp = Aff::prime(D, U);
-    const Weights<A> wc = Cell::normalized_weights(C, D, U, L);
-    const PrimeWeights<A> wa = Aff::normalized_prime_weights(Ap, D, L);
-    const PrimeWeights<A> wb = Aff::normalized_prime_weights(Bp, D, U);
-    const GapWeights<A> wu = Aff::normalized_gap_weights(U, vuo, vue);
-    const GapWeights<A> wl = Aff::normalized_gap_weights(L, vlo, vle);
+    using W = AffineProbabilityWeights<A, AccMath>;
+    const A open = exp2_acc(a.open.template at<GAP_TENSOR>(b, r, c));
+    const A extend = exp2_acc(a.extend.template at<GAP_TENSOR>(b, r, c));
+    const A C = in[kInputs], U = in[kInputs + 1], L = in[kInputs + 2];
+    const AffineShares<A> sh = W::shares(C, diag[kC] + s, U, L);
+    const Weights<A> wc = W::c(sh);
     const A dS = in[0], dO = in[1], dE = in[2];
     const A Dd = diag[kCd] + dS;
-    const A Ud = wu.open * (up[kAd] + dO) + wu.extend * (up[kUd] + dE);
-    const A Ld = wl.open * (st[kBd] + dO) + wl.extend * (st[kLd] + dE);
+    const A Ud = gap_tangent(open, extend, up[kA], up[kAd], up[kU], up[kUd], dO, dE);
+    const A Ld = gap_tangent(open, extend, st[kB], st[kBd], st[kL], st[kLd], dO, dE);
     st[kC] = C;
     st[kCd] = wc.p1 * Dd + wc.p2 * Ud + wc.p3 * Ld;
-    st[kA] = Ap;
-    st[kU] = U;
-    st[kAd] = wa.p1 * Dd + wa.p2 * Ld;
+    st[kA] = sh.a();
+    st[kU] = sh.u;
+    st[kAd] = node_tangent(sh.d * Dd + sh.l * Ld, st[kA]);
     st[kUd] = Ud;
-    st[kB] = Bp;
-    st[kL] = L;
-    st[kBd] = wb.p1 * Dd + wb.p2 * Ud;
+    st[kB] = sh.b();
+    st[kL] = sh.l;
+    st[kBd] = node_tangent(sh.d * Dd + sh.u * Ud, st[kB]);
     st[kLd] = Ld;
   }
 };
@@ -167,7 +177,8 @@ struct AffineTangentRow {
 template <typename A, bool GAP_TENSOR>
 struct LinearTangentRow {
   enum { kH, kHd };
-  static constexpr bool kHard = false, kReduces = false, kReadsState = true;
+  static constexpr bool kHard = false, kReduces = false;
+  static constexpr int kStatePlanes = 1;  // H
   static constexpr int kState = 2, kDiag = 2, kDown = 2, kPlanes = 1, kInputs = 2;
   __device__ static constexpr int saved(int) { return kHd; }
   __device__ static A top(int) { return A(0); }
@@ -275,8 +286,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     EdgeChunk<A, kDown> to_below;  // the band's last row, for the band below
 
     // One wavefront step; `s[k]` is row k's score in kernel units, in[i][k]
-    // its input i (rows with kInputs; then the forward's H with kReadsState).
-    constexpr int kInputs = Row::kInputs + (Row::kReadsState ? 1 : 0);
+    // its input i (rows with kInputs; then the forward's saved planes with
+    // kStatePlanes).
+    constexpr int kInputs = Row::kInputs + Row::kStatePlanes;
     constexpr int kIn = kInputs > 0 ? kInputs : 1;
     auto step = [&](const int t, const A (&s)[R], const A (&in)[kIn][R], const bool checked) {
       if (has_above && (t & (kWarp - 1)) == 0 && t < n) {
@@ -385,12 +397,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 #pragma unroll
         for (int k = 0; k < R; ++k) ip[i][k] = base + (srow[k] - a.scores) + (from - r0 - k);
       }
-      // kReadsState: step t's H at slot t mod n of the band's state (one
-      // coalesced run a step, as the pass's own planes are stored).
-      const A* const band_state =
-          Row::kReadsState ? a.state + b * plane + int64_t(top) * n + r0 : nullptr;
+      // kStatePlanes: step t's values at slot t mod n of each of the band's
+      // saved planes (one coalesced run a step and plane, as the pass's own
+      // planes are stored).
+      constexpr int kStatePlanes = Row::kStatePlanes > 0 ? Row::kStatePlanes : 1;
+      const A* const band_state = Row::kStatePlanes > 0
+          ? a.state + b * Row::kStatePlanes * plane + int64_t(top) * n + r0 : nullptr;
       int state_slot = from % n;
-      auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R], A (&state_in)[R]) {
+      auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R],
+                      A (&state_in)[kStatePlanes][R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
@@ -402,16 +417,18 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             in_raw[i][k] = (t < to && inside && in_ok[i]) ? load_raw(ip[i][k]) : raw_zero<T>();
             ++ip[i][k];
           }
-          if constexpr (Row::kReadsState)
-            state_in[k] = t < to && inside ? band_state[int64_t(state_slot) * rows_here + k] : A(0);
+#pragma unroll
+          for (int p = 0; p < Row::kStatePlanes; ++p)
+            state_in[p][k] = t < to && inside
+                ? band_state[p * plane + int64_t(state_slot) * rows_here + k] : A(0);
         }
-        if (Row::kReadsState && ++state_slot == n) state_slot = 0;
+        if (Row::kStatePlanes > 0 && ++state_slot == n) state_slot = 0;
       };
       // Loads kAhead steps ahead (a ring of kAhead steps' raw values, its
       // slot a constant of the unrolled loop).
       constexpr int kAhead = kLoadsAhead<Row, R>;
       T s_next[kAhead][R], in_next[kAhead][kTensors][R];
-      A state_next[kAhead][R];
+      A state_next[kAhead][kStatePlanes][R];
 #pragma unroll
       for (int j = 0; j < kAhead; ++j) load(from + j, s_next[j], in_next[j], state_next[j]);
       for (int t0 = from; t0 < to; t0 += kAhead) {
@@ -425,7 +442,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
             s[k] = scaled(to_acc<A>(s_next[j][k]), a.scale);
 #pragma unroll
             for (int i = 0; i < Row::kInputs; ++i) in[i][k] = to_acc<A>(in_next[j][i][k]);
-            if constexpr (Row::kReadsState) in[Row::kInputs][k] = state_next[j][k];
+#pragma unroll
+            for (int p = 0; p < Row::kStatePlanes; ++p) in[Row::kInputs + p][k] = state_next[j][p][k];
           }
           load(t + kAhead, s_next[j], in_next[j], state_next[j]);
           step(t, s, in, kChecked);
