@@ -99,16 +99,15 @@ struct AffineRow {
 };
 
 // The tangent pass of the affine double backward (docs/math.md: tangents node
-// by node; the CPU's tangent_affine in cpu/reverse.h): the weights of every
-// node from the training forward's saved C, U, L of the cell (kStatePlanes)
-// as probability.h's shares (AffineProbabilityWeights: 4 exp2 and 5
-// divisions a cell, where recomputing the nodes and their softmax weights in
-// the log domain took ~20 exp2 and log2), and the tangents along the
-// direction (dir_*, caller units, as every tangent here). A row hands on, next
-// to each tangent, the shares that its readers' weights need: a and u (the
-// A and U nodes relative to C) down, b and l to its own next cell. Saves the
-// planes Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0
-// the Hessian is zero and this pass does not run).
+// by node; the CPU's tangent_affine in cpu/reverse.h): the nodes C, U, L of
+// the training forward's state (kStatePlanes; D, A, B recomputed from them
+// with the forward's arithmetic, as the reverse pass does), their softmax
+// weights, and the tangents along the direction (dir_*, caller units, as
+// every tangent here). Weights are taken relative to each node in the log
+// domain: a node far below C (A or B of a cell a gap dominates) still has an
+// exact tangent, which the reverse pass reads. Saves the planes
+// Cdot, Udot, Ldot, Adot, Bdot; reduces nothing. Soft only (at T = 0 the
+// Hessian is zero and this pass does not run).
 template <typename A, bool GAP_TENSOR>
 struct AffineTangentRow {
   enum { kC, kCd, kA, kU, kAd, kUd, kB, kL, kBd, kLd };
@@ -122,46 +121,40 @@ struct AffineTangentRow {
   __device__ static constexpr int saved(int p) {
     return p == 0 ? kCd : p == 1 ? kUd : p == 2 ? kLd : p == 3 ? kAd : kBd;
   }
-  // The border's shares (AffineShares::boundary: A = B = C = 1, U = L = 0),
-  // C = 0 and every tangent 0.
-  __device__ static A top(int i) { return i == kA || i == kB ? A(1) : A(0); }
-  __device__ static A left(int i) { return top(i); }
-  // A gap node's tangent: its open move from a node with share `from` (A
-  // above, B to the left; tangent from_dot), its extend move from a gap node
-  // with share `gap` (tangent gap_dot); the open weight is o from / g.
-  __device__ static A gap_tangent(A open, A extend, A from, A from_dot, A gap, A gap_dot, A dO,
-                                  A dE) {
-    const GapWeights<A> w = AffineProbabilityWeights<A, AccMath>::per_share(open, from, extend * gap);
-    return w.open * from * (from_dot + dO) + w.extend * (gap_dot + dE);
-  }
-  // A node's tangent as the shares-weighted sum `weighted` over its share
-  // `share`; 0 where the share underflowed to 0 (the node is then negligible
-  // next to C, and so is every weight on its tangent).
-  __device__ static A node_tangent(A weighted, A share) {
-    return share > A(0) ? weighted / share : A(0);
+  __device__ static A top(int i) { return i == kU ? -std::numeric_limits<A>::infinity() : A(0); }
+  __device__ static A left(int i) {
+    return i == kU || i == kL ? -std::numeric_limits<A>::infinity() : A(0);
   }
   template <typename Args>
   __device__ static void cell(const Args& a, int64_t b, int r, int c, const A* diag, A s,
                               const A* up, A (&st)[kState], const A* in) {
-    using W = AffineProbabilityWeights<A, AccMath>;
-    const A open = exp2_acc(a.open.template at<GAP_TENSOR>(b, r, c));
-    const A extend = exp2_acc(a.extend.template at<GAP_TENSOR>(b, r, c));
+    using Cell = LinearCell<A, false>;
+    using Aff = AffineCell<A, false>;
+    const A o = a.open.template at<GAP_TENSOR>(b, r, c);
+    const A e = a.extend.template at<GAP_TENSOR>(b, r, c);
+    const A D = diag[kC] + s;
+    const A vuo = up[kA] + o, vue = up[kU] + e, vlo = st[kB] + o, vle = st[kL] + e;
     const A C = in[kInputs], U = in[kInputs + 1], L = in[kInputs + 2];
-    const AffineShares<A> sh = W::shares(C, diag[kC] + s, U, L);
-    const Weights<A> wc = W::c(sh);
+    const A Ap = Aff::prime(D, L);
+    const A Bp = Aff::prime(D, U);
+    const Weights<A> wc = Cell::normalized_weights(C, D, U, L);
+    const PrimeWeights<A> wa = Aff::normalized_prime_weights(Ap, D, L);
+    const PrimeWeights<A> wb = Aff::normalized_prime_weights(Bp, D, U);
+    const GapWeights<A> wu = Aff::normalized_gap_weights(U, vuo, vue);
+    const GapWeights<A> wl = Aff::normalized_gap_weights(L, vlo, vle);
     const A dS = in[0], dO = in[1], dE = in[2];
     const A Dd = diag[kCd] + dS;
-    const A Ud = gap_tangent(open, extend, up[kA], up[kAd], up[kU], up[kUd], dO, dE);
-    const A Ld = gap_tangent(open, extend, st[kB], st[kBd], st[kL], st[kLd], dO, dE);
+    const A Ud = wu.open * (up[kAd] + dO) + wu.extend * (up[kUd] + dE);
+    const A Ld = wl.open * (st[kBd] + dO) + wl.extend * (st[kLd] + dE);
     st[kC] = C;
     st[kCd] = wc.p1 * Dd + wc.p2 * Ud + wc.p3 * Ld;
-    st[kA] = sh.a();
-    st[kU] = sh.u;
-    st[kAd] = node_tangent(sh.d * Dd + sh.l * Ld, st[kA]);
+    st[kA] = Ap;
+    st[kU] = U;
+    st[kAd] = wa.p1 * Dd + wa.p2 * Ld;
     st[kUd] = Ud;
-    st[kB] = sh.b();
-    st[kL] = sh.l;
-    st[kBd] = node_tangent(sh.d * Dd + sh.u * Ud, st[kB]);
+    st[kB] = Bp;
+    st[kL] = L;
+    st[kBd] = wb.p1 * Dd + wb.p2 * Ud;
     st[kLd] = Ld;
   }
 };
