@@ -581,7 +581,7 @@ void forward_cuda(const Problem& p, const ForwardOutputs& out, void* workspace, 
 void tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
                   const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
-  if (probability_tangent_cuda(p, d, hdot, ws, s)) return;
+  if (probability_tangent() && probability_tangent_cuda(p, d, hdot, ws, s)) return;
   dispatch_dtype(p.dtype, [&](auto* tag, auto acc) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using A = decltype(acc);

@@ -17,6 +17,18 @@
 
 namespace softsw {
 
+// SOFTSW_PROBABILITY_TANGENT=0 runs the linear tangent pass on the log-domain
+// skeleton (LinearTangentRow) also where probability_tangent_cuda would: for
+// benchmarks of the choice in one build, and the emulation's check of that
+// row with a constant gap.
+inline bool probability_tangent() {
+  static const bool on = [] {
+    const char* e = std::getenv("SOFTSW_PROBABILITY_TANGENT");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  return on;
+}
+
 // `ws`: cleared sync state, and edges for the row's tagged values per column
 // (edges_dot_bytes).
 void tangent_cuda(const Problem& problem, const DoubleBackwardArgs& args, void* hdot,
