@@ -393,12 +393,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       // kStatePlanes: step t's values at slot t mod n of each of the band's
       // saved planes (one coalesced run a step and plane, as the pass's own
       // planes are stored).
-      constexpr int kStatePlanes = Row::kStatePlanes > 0 ? Row::kStatePlanes : 1;
+      constexpr int kStateIn = Row::kStatePlanes > 0 ? Row::kStatePlanes : 1;  // arrays' extent
       const A* const band_state = Row::kStatePlanes > 0
           ? a.state + b * Row::kStatePlanes * plane + int64_t(top) * n + r0 : nullptr;
       int state_slot = from % n;
       auto load = [&](int t, T (&raw)[R], T (&in_raw)[kTensors][R],
-                      A (&state_in)[kStatePlanes][R]) {
+                      A (&state_in)[kStateIn][R]) {
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           const int c = t - r0 - k;
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       // slot a constant of the unrolled loop).
       constexpr int kAhead = kLoadsAhead<Row, R>;
       T s_next[kAhead][R], in_next[kAhead][kTensors][R];
-      A state_next[kAhead][kStatePlanes][R];
+      A state_next[kAhead][kStateIn][R];
 #pragma unroll
       for (int j = 0; j < kAhead; ++j) load(from + j, s_next[j], in_next[j], state_next[j]);
       for (int t0 = from; t0 < to; t0 += kAhead) {

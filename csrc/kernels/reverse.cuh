@@ -528,10 +528,7 @@ inline void launch_reverse_staged(const ReverseArgs<T, A>& k, cudaStream_t strea
 // reverse_tangent_wavefront) instead of reverse_staged: for benchmarks of the
 // choice, and the emulation's check of those kernels on every shape.
 inline bool staged_backward() {
-  static const bool on = [] {
-    const char* e = std::getenv("SOFTSW_STAGED_BACKWARD");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = !env_is_zero("SOFTSW_STAGED_BACKWARD");
   return on;
 }
 

@@ -22,10 +22,7 @@ namespace softsw {
 // benchmarks of the choice in one build, and the emulation's check of that
 // row with a constant gap.
 inline bool probability_tangent() {
-  static const bool on = [] {
-    const char* e = std::getenv("SOFTSW_PROBABILITY_TANGENT");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
+  static const bool on = !cuda::env_is_zero("SOFTSW_PROBABILITY_TANGENT");
   return on;
 }
 

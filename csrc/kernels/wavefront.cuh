@@ -751,15 +751,20 @@ inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm, size_t s
   return static_cast<int>(needed < resident ? needed : resident);
 }
 
+// Whether environment variable `name` is exactly "0": how the switches that
+// turn a kernel choice off for benchmarks of it are read (each caller keeps
+// the answer in a static, read once).
+inline bool env_is_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '0' && e[1] == 0;
+}
+
 // Bands a pair per round of tickets (band_of_ticket) for `warps` resident
 // warps: as many as give every pair's round a warp (at least 1, at most all
 // of them). SOFTSW_BAND_ROUNDS=0 gives every pair's bands in one round (for
 // benchmarks of the choice).
 inline int64_t band_round_for(int64_t batch, int64_t nbands, int64_t warps) {
-  static const bool off = [] {
-    const char* e = std::getenv("SOFTSW_BAND_ROUNDS");
-    return e && e[0] == '0' && e[1] == 0;
-  }();
+  static const bool off = env_is_zero("SOFTSW_BAND_ROUNDS");
   if (off || batch <= 0) return 0;
   const int64_t round = warps / batch;
   return round < 1 ? 1 : round >= nbands ? 0 : round;
