@@ -10,7 +10,8 @@ domain and in the switch: temperatures 1e-3 .. 1e3, |S| up to 1e4, one band
 and many, short pairs with garbage in the padding. The training forward's
 state feeds the backward: its gradients are checked the same way, and so are
 the double backward's Hessian-vector products, whose tangent pass runs on the
-same skeleton.
+same skeleton. Affine gaps (constant open and extend) run the inference
+forward on it too, checked the same way at the end.
 """
 import math
 
@@ -424,3 +425,127 @@ def test_hvp_deterministic(gen):
     first = step()
     for _ in range(3):
         assert torch.equal(step(), first)
+
+
+# --------------------------------------------------------------------------
+# Affine gaps: the inference forward in the probability domain
+# --------------------------------------------------------------------------
+
+
+def check_affine(S, gap_open, gap_extend, T, lengths, reduction, dtype):
+    """The CUDA inference score with affine gaps against the float64 CPU kernel."""
+    S = S.to(dtype)
+    with torch.no_grad():
+        out = softsw.align(S.cuda(), gap_open, T, gap_extend=gap_extend,
+                           lengths=None if lengths is None else lengths.cuda(),
+                           reduction=reduction)
+        ref = softsw.align(S.cpu().double(), gap_open, T, gap_extend=gap_extend,
+                           lengths=None if lengths is None else lengths.cpu(),
+                           reduction=reduction)
+    M, N = S.shape[-2:]
+    assert out.dtype == dtype
+    assert_close(out, ref, dtype, f"affine score (T={T}, {reduction})",
+                 tol=score_tol(dtype, M, N))
+    return out, ref
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_affine_in_range_matches_float64(gen, shape, dtype, reduction):
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=1.5)
+    lengths = rand_lengths(gen, B, M, N)
+    S = fill_padding(S, lengths, gen)
+    check_affine(S, -2.0, -0.3, 1.0, lengths, reduction, dtype)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("T", [1e-3, 0.05, 0.3, 1.0, 10.0, 1e3])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0, 1e4])
+def test_affine_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+    B, M, N = 3, 70, 90
+    S = randn(gen, B, M, N, scale=magnitude)
+    for dtype in (torch.float32, torch.float64):
+        out, _ = check_affine(S, -1.0 * magnitude, -0.2 * magnitude, T, None, reduction, dtype)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
+def test_affine_switch_to_log_domain_mid_band(gen, where, reduction):
+    """One cell far out of range: its band continues in the log domain with
+    the affine nodes (A and U handed down, B and L to the right) converted."""
+    B, M, N = 2, 150, 400
+    S = randn(gen, B, M, N)
+    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
+    r, c = {"first_band": (3, 10), "late_column": (70, 333), "last_row": (M - 1, N - 5)}[where]
+    S[0, r, c] = big
+    S[1, r, c] = -big
+    for dtype in (torch.float32, torch.float64):
+        check_affine(S, -1.5, -0.5, 1.0, None, reduction, dtype)
+
+
+def test_affine_long_gaps_dominate(gen):
+    """Scores so low that the best paths are long gaps: U and L carry the
+    values, A and B fall far below C (each node keeps its own digits across
+    band edges)."""
+    B, M, N = 2, 200, 260
+    S = randn(gen, B, M, N) - 3.0
+    S[:, 0, 0] = 8.0
+    S[:, M - 1, N - 1] = 8.0
+    for reduction in ("max", "soft"):
+        for dtype in (torch.float32, torch.float64):
+            check_affine(S, -3.0, -0.05, 0.5, None, reduction, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_affine_half_types(gen, dtype):
+    B, M, N = 3, 100, 140
+    S = randn(gen, B, M, N)
+    lengths = rand_lengths(gen, B, M, N)
+    for reduction in ("max", "soft"):
+        check_affine(fill_padding(S, lengths, gen), -1.0, -0.5, 1.0, lengths, reduction, dtype)
+
+
+def test_affine_long_pair_many_bands(gen):
+    S = randn(gen, 1, 1500, 1700).float().double()
+    for reduction in ("max", "soft"):
+        check_affine(S, -1.0, -0.5, 1.0, None, reduction, torch.float32)
+
+
+def test_affine_nan_and_inf_stay_in_their_pair(gen):
+    B, M, N = 4, 40, 50
+    S = randn(gen, B, M, N)
+    S[1, 5, 7] = float("nan")
+    S[2, 30, 20] = float("inf")
+    S[3, 0, 0] = -float("inf")
+    for reduction in ("max", "soft"):
+        out, _ = check_affine(S, -1.0, -0.5, 1.0, None, reduction, torch.float32)
+        assert math.isnan(out[1].item())
+        assert torch.isfinite(out[[0, 3]]).all()
+
+
+def test_affine_inference_matches_training_forward(gen):
+    """The probability-domain inference forward and the log-domain training
+    forward of affine gaps agree (to the float32 tolerance)."""
+    B, M, N = 8, 128, 160
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    for reduction in ("max", "soft"):
+        with torch.no_grad():
+            inference = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
+        training = softsw.align(S.clone().requires_grad_(True), -1.0, 1.0, gap_extend=-0.5,
+                                reduction=reduction)
+        assert_close(inference, training, torch.float32, "score", tol=score_tol(torch.float32, M, N))
+
+
+def test_affine_deterministic(gen):
+    B, M, N = 16, 200, 300
+    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
+    S[3, 50, 60] = 400.0  # one band in the log domain
+    for reduction in ("max", "soft"):
+        with torch.no_grad():
+            first = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
+            for _ in range(3):
+                again = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
+                assert torch.equal(again, first)

@@ -1,6 +1,7 @@
 // The forward on CUDA in the probability domain (probability.h): linear gaps
 // with a constant gap score, T > 0, both reductions, every dtype; with or
-// without the state the backward passes read.
+// without the state the backward passes read. Affine gaps with constant gap
+// scores at inference (AFFINE, below).
 //
 // The cell is Z = 1 + w Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]) with w = 2^s: one
 // exp2 and three adds/FMAs, where the log domain needs a softmax of four
@@ -54,6 +55,16 @@
 // layout; edges carry Hdot next to (m, e). In the log domain a cell takes
 // LinearCell's weights p and Hdot = p1 (Hdot_diag + dS) + p2 Hdot_up + p3
 // Hdot_left. It reduces nothing.
+//
+// Affine gaps (AFFINE, inference only): with o = 2^open and e = 2^extend the
+// nodes of recurrence.h's AffineCell are linear too (probability.h:
+// probability_affine_cell): D = w C[i-1,j-1], U = o A[i-1,j] + e U[i-1,j],
+// L = o B[i,j-1] + e L[i,j-1], A = 1 + D + L, B = 1 + D + U, C = A + U, all
+// in the row's scale. C is the largest node, so it is what the group check,
+// the renormalisation and the reductions read (z); a row hands A and U down
+// (band edges: each as its own mantissa and exponent, so a node far below C
+// keeps its digits) and keeps B and L for the cell to its right. The log
+// domain runs AffineCell's arithmetic on the same nodes.
 #include "probability.h"
 #include "staging.cuh"
 #include "wavefront.cuh"
@@ -64,8 +75,9 @@ namespace cuda {
 template <typename T, typename A>
 struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
   A unscale;     // caller units per kernel unit
-  A gap;         // the gap in kernel units (log domain)
+  A gap;         // the gap (affine: the open) in kernel units (log domain)
   A gap_weight;  // 2^gap (probability domain)
+  A gap_extend = A(0), gap_extend_weight = A(0);  // affine: the extend, and 2^extend
   T* score = nullptr;
   A* hidden = nullptr;  // with state: H of every cell (wavefront.cuh's band layout); tangent: Hdot
   const T* dir_scores = nullptr;  // tangent: the direction on the scores, or nullptr (zero)
@@ -80,30 +92,50 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
 // work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16.
 template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 
-// A band edge value Z = m 2^e as two tagged values of A each: the mantissa m
-// in [1, 2) (or a non-finite m with e = 0 for an infinite or NaN H), then the
-// exponent e, an integer kept as an A (in the log domain it may exceed int);
-// with TANGENT a third, Hdot. All words are loaded before any is waited on:
-// one round trip.
-template <typename A, bool TANGENT>
+// A band edge: N tagged values of A a column. A value Z = m 2^e takes two:
+// the mantissa m in [1, 2) (or a non-finite m with e = 0 for an infinite or
+// NaN H, 0 for Z = 0), then the exponent e, an integer kept as an A (in the
+// log domain it may exceed int). Linear: (m, e) of Z; TANGENT: and Hdot;
+// AFFINE: (m, e) of A, then of U. All words are loaded before any is waited
+// on: one round trip.
+template <typename A, int N>
 struct ScaledEdge {
   static constexpr int kValueWords = TaggedEdge<A>::kWords;
-  static constexpr int kWords = (TANGENT ? 3 : 2) * kValueWords;
+  static constexpr int kWords = N * kValueWords;
   using Words = TaggedWords<kWords>;
-  __device__ static void put(unsigned long long* column, A m, A e, A hdot, int col) {
-    TaggedEdge<A>::put(column, m, col);
-    TaggedEdge<A>::put(column + kValueWords, e, col);
-    if constexpr (TANGENT) TaggedEdge<A>::put(column + 2 * kValueWords, hdot, col);
+  __device__ static void put(unsigned long long* column, const A (&v)[N], int col) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) TaggedEdge<A>::put(column + i * kValueWords, v[i], col);
   }
   // `early`: the column's words loaded before (a chunk ahead), or none.
-  __device__ static void get(const unsigned long long* column, int col, A& m, A& e, A& hdot,
-                             Words early) {
+  __device__ static void get(const unsigned long long* column, int col, A (&v)[N], Words early) {
     const Words word = early.settle(column, col);
-    m = tagged_value<A>(word, 0);
-    e = tagged_value<A>(word, kValueWords);
-    if constexpr (TANGENT) hdot = tagged_value<A>(word, 2 * kValueWords);
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = tagged_value<A>(word, i * kValueWords);
   }
 };
+
+// H = log2 Z (kernel units) as an edge's (m, e): m = 2^(H - e) in [1, 2)
+// with e = floor(H); a non-finite H as (H, 0), -inf as (0, 0).
+template <typename A>
+__device__ __forceinline__ void log_to_scaled(A h, A& mant, A& e) {
+  if (h == -std::numeric_limits<A>::infinity()) {
+    mant = e = A(0);
+  } else if (is_nan(h) || h == std::numeric_limits<A>::infinity()) {
+    mant = h;
+    e = A(0);
+  } else {
+    e = floor(h);
+    mant = exp2_acc(h - e);
+  }
+}
+// z 2^o (z >= 0 finite, the probability domain) as an edge's (m, e).
+template <typename A>
+__device__ __forceinline__ void probability_to_scaled(A z, int o, A& mant, A& e) {
+  const int k = exponent_of(z);
+  mant = z * pow2<A>(-k);
+  e = A(k + o);
+}
 
 // An exponent stored as an A, as an int for pow2 (beyond +-2^30 pow2 gives
 // inf or 0 either way).
@@ -116,18 +148,22 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 // STATE: a training forward (H of every cell to `hidden`, the argmax).
 // TANGENT: the tangent pass (Hdot of every cell to `hidden`; no reduction,
 // SOFT and STATE false, R = 1).
+// AFFINE: affine gaps (inference: STATE and TANGENT false).
 // The staging (8.4 KB a warp for float and one row per lane, twice that for
 // double, two rows or the tangent's two inputs) lets 6 blocks of 4 warps (3
 // for double, two rows or the tangent) share an SM: registers up to that
 // occupancy (5 for 2-byte scores, whose staging code needs more, and for a
-// training forward).
-template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT>
+// training forward; 4 for the affine nodes, 2 in double).
+template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT, bool AFFINE = false>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
-                                  sizeof(A) == 8 || R > 1 || TANGENT ? 3
+                                  sizeof(A) == 8 && AFFINE           ? 2
+                                  : sizeof(A) == 8 || R > 1 || TANGENT ? 3
+                                  : AFFINE                           ? 4
                                   : sizeof(T) == 2 || STATE          ? 5
                                                                      : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(!TANGENT || (R == 1 && !SOFT && !STATE), "the tangent pass reduces nothing");
+  static_assert(!AFFINE || (!STATE && !TANGENT), "affine gaps: inference only");
   constexpr bool kReduces = !TANGENT;
   constexpr bool kStores = STATE || TANGENT;  // a value of every cell to `hidden`
   constexpr int kGroup = kGroupSteps<R>;
@@ -135,12 +171,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   constexpr int kBandRows = kWarp * R;
   constexpr int kPitch = kStagePitch<T>;
   constexpr int kSlot = kBandRows * kPitch;  // elements of one slot
-  constexpr A kInf = std::numeric_limits<A>::infinity();
   // The top binade [2^127, 2^128) (float) counts as overflow: renormalising
   // a value there would multiply it by 2^-127, which pow2 flushes to 0.
   constexpr A kTopBinade = A(2) / std::numeric_limits<A>::min();
-  using Edge = ScaledEdge<A, TANGENT>;
+  using Edge = ScaledEdge<A, AFFINE ? 4 : TANGENT ? 3 : 2>;
   using LogCell = LinearCell<A, false>;
+  using LogAffine = AffineCell<A, false>;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
   // The scores' staging (all warps), then (TANGENT) the direction's.
   T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, R>;
@@ -149,7 +185,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   const int lane = threadIdx.x & (kWarp - 1);
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
-  const A c = a.gap_weight;
+  const A c = a.gap_weight;  // affine: the open's
+  const A ce = a.gap_extend_weight;
   const A scale = a.scale;
 
   for (;;) {
@@ -225,9 +262,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     int o_first = 0, o_last = 0;  // lane 0's row 0 and lane 31's row R-1
     // ---- TANGENT, probability domain: y = Y 2^-o[k] (Y = Z Hdot), in z's scale
     A y[R] = {}, ydiag[R] = {};
-    // ---- state, log domain (after a switch): H = log2 Z (TANGENT: and Hdot)
+    // ---- AFFINE, probability domain: z is C, diag C[i-1,j-1]; the nodes A,
+    // U (handed down) and B, L (to the right) in z's scale. Border: A = B =
+    // 1, U = L = 0.
+    A za[R], zu[R] = {}, zb[R], zl[R] = {};
+#pragma unroll
+    for (int k = 0; k < R; ++k) za[k] = zb[k] = A(1);
+    // ---- state, log domain (after a switch): H = log2 Z (TANGENT: and Hdot;
+    // AFFINE: h is C, and the nodes A, U, B, L)
     A h[R] = {}, hdiag[R] = {};
     A hd[R] = {}, hddiag[R] = {};
+    A ha[R] = {}, hu[R] = {}, hb[R] = {}, hl[R] = {};
     // ---- reductions, log2 units (with state, "max" keeps the argmax too)
     A best = A(0);
     MaxArg<A> best_cell;
@@ -250,12 +295,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     // edge_up in lane 0's scale, edge_h its log2) and of this band's last
     // row for the band below (low_z 2^low_o or low_h; step 31 of a chunk
     // collects the next chunk's column 0 into pend_* until the store is done)
+    // AFFINE: edge_* and low_z / low_h are A.
     A edge_m = A(1), edge_e = A(0), edge_up = A(1), edge_h = A(0);
     A low_z = A(1), pend_z = A(1), low_h = A(0), pend_h = A(0);
     int low_o = 0, pend_o = 0;
     // TANGENT: the edge's Hdot (edge_yup = edge_up Hdot: its Y in lane 0's
     // scale); the last row's y (log domain: Hdot) next to low_z and pend_z.
+    // AFFINE: U, as a second (m, e) (edge_hd the exponent; 0 on the border),
+    // edge_yup in lane 0's scale, its log2 edge_hu; low_y is the last row's
+    // U (log domain: its log2).
     A edge_hd = A(0), edge_yup = A(0), low_y = A(0), pend_y = A(0);
+    A edge_um = A(0), edge_hu = A(0);
     // Edge columns due for storing at the end of the group of steps: a full
     // group of 32 ending at store_group, and the pair's last column (when it
     // does not end a full group).
@@ -285,6 +335,12 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
           y[k] *= down;
           ydiag[k] *= down;
         }
+        if constexpr (AFFINE) {
+          za[k] *= down;
+          zu[k] *= down;
+          zb[k] *= down;
+          zl[k] *= down;
+        }
         o[k] += e;
         start[k] = pow2<A>(-o[k]);
       }
@@ -294,7 +350,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       o_first = __shfl_sync(kFullMask, o[0], 0);
       o_last = __shfl_sync(kFullMask, o[R - 1], kWarp - 1);
       edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
-      edge_yup = edge_up * edge_hd;
+      if constexpr (AFFINE) edge_yup = edge_um * pow2<A>(exponent_int(edge_hd) - o_first);
+      else edge_yup = edge_up * edge_hd;
     };
     auto inside = [&](int t, int k) {
       return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
@@ -313,20 +370,37 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     // One step in the probability domain. x: the step within its chunk.
     auto probability_step = [&](const int t, const int x, const int slot, auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
-      const A up_lane = __shfl_up_sync(kFullMask, z[R - 1], 1) * from_above[0];
+      // What a row hands down: Z (AFFINE: A), and (TANGENT) y or (AFFINE) U.
+      auto down = [&](int k) { return AFFINE ? za[k] : z[k]; };
+      auto down2 = [&](int k) { return AFFINE ? zu[k] : y[k]; };
+      const A up_lane = __shfl_up_sync(kFullMask, down(R - 1), 1) * from_above[0];
       const A up_edge = __shfl_sync(kFullMask, edge_up, x);
       A yup_lane = A(0), yup_edge = A(0);
-      if constexpr (TANGENT) {
-        yup_lane = __shfl_up_sync(kFullMask, y[R - 1], 1) * from_above[0];
+      if constexpr (TANGENT || AFFINE) {
+        yup_lane = __shfl_up_sync(kFullMask, down2(R - 1), 1) * from_above[0];
         yup_edge = __shfl_sync(kFullMask, edge_yup, x);
       }
       for_rows_down<R>([&](auto row) {
         constexpr int k = decltype(row)::value;
         // Lane 0's edge_up is the border 1 in its scale when there is no band above.
-        const A up = k > 0 ? z[k - 1] * from_above[k] : lane != 0 ? up_lane : up_edge;
+        const A up = k > 0 ? down(k - 1) * from_above[k] : lane != 0 ? up_lane : up_edge;
         const A w = exp2_acc(scaled(to_acc<A>(srow[k][slot + x]), scale));
-        const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
         const bool in = !kChecked || inside(t, k);
+        if constexpr (AFFINE) {
+          const A uup = k > 0 ? zu[k - 1] * from_above[k] : lane != 0 ? yup_lane : yup_edge;
+          const AffineNodes<A> nd =
+              probability_affine_cell(start[k], w, diag[k], c, ce, up, uup, zb[k], zl[k]);
+          diag[k] = up + uup;  // C[i-1,j]: the next cell's diagonal
+          z[k] = in ? nd.c : z[k];
+          za[k] = in ? nd.a : za[k];
+          zu[k] = in ? nd.u : zu[k];
+          zb[k] = in ? nd.b : zb[k];
+          zl[k] = in ? nd.l : zl[k];
+          if (SOFT) sum_z[k] += in ? nd.c : A(0);
+          else best_z[k] = max_of(best_z[k], in ? nd.c : A(0));
+          return;
+        }
+        const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
         if constexpr (TANGENT) {
           const A yup = k > 0 ? y[k - 1] * from_above[k] : lane != 0 ? yup_lane : yup_edge;
           const A yn = probability_tangent_cell(w, diag[k], ydiag[k], direction(k, slot, x), c, yup, y[k]);
@@ -354,7 +428,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       // Collected whether or not there is a band below (selects, no branch);
       // stored only when there is one.
       {
-        const A v = __shfl_sync(kFullMask, z[R - 1], kWarp - 1);
+        const A v = __shfl_sync(kFullMask, down(R - 1), kWarp - 1);
         const int col = t - (kBandRows - 1);  // the column lane 31's last row finished
         const bool to_pend = x == kChunkSteps - 1 && lane == 0;
         const bool to_low = x != kChunkSteps - 1 && lane == (col & (kWarp - 1));
@@ -362,8 +436,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         pend_o = to_pend ? o_last : pend_o;
         low_z = to_low ? v : low_z;
         low_o = to_low ? o_last : low_o;
-        if constexpr (TANGENT) {
-          const A vy = __shfl_sync(kFullMask, y[R - 1], kWarp - 1);
+        if constexpr (TANGENT || AFFINE) {
+          const A vy = __shfl_sync(kFullMask, down2(R - 1), kWarp - 1);
           pend_y = to_pend ? vy : pend_y;
           low_y = to_low ? vy : low_y;
         }
@@ -374,20 +448,41 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       }
     };
     auto log_step = [&](const int t, const int x, const int slot) {
-      const A up_lane = __shfl_up_sync(kFullMask, h[R - 1], 1);
+      // What a row hands down: H (AFFINE: A), and (TANGENT) Hdot or (AFFINE) U.
+      auto down = [&](int k) { return AFFINE ? ha[k] : h[k]; };
+      auto down2 = [&](int k) { return AFFINE ? hu[k] : hd[k]; };
+      const A up_lane = __shfl_up_sync(kFullMask, down(R - 1), 1);
       const A up_edge = __shfl_sync(kFullMask, edge_h, x);
       A hdup_lane = A(0), hdup_edge = A(0);
-      if constexpr (TANGENT) {
-        hdup_lane = __shfl_up_sync(kFullMask, hd[R - 1], 1);
-        hdup_edge = __shfl_sync(kFullMask, edge_hd, x);
+      if constexpr (TANGENT || AFFINE) {
+        hdup_lane = __shfl_up_sync(kFullMask, down2(R - 1), 1);
+        hdup_edge = __shfl_sync(kFullMask, AFFINE ? edge_hu : edge_hd, x);
       }
       for_rows_down<R>([&](auto row) {
         constexpr int k = decltype(row)::value;
-        const A up = k > 0 ? h[k - 1] : lane != 0 ? up_lane : up_edge;  // border: 0
+        const A up = k > 0 ? down(k - 1) : lane != 0 ? up_lane : up_edge;  // border: 0
         const A sk = scaled(to_acc<A>(srow[k][slot + x]), scale);
+        const bool in = inside(t, k);
+        if constexpr (AFFINE) {  // AffineRow's cell (forward.cu)
+          const A uup = k > 0 ? hu[k - 1] : lane != 0 ? hdup_lane : hdup_edge;  // border: -inf
+          const A D = hdiag[k] + sk;
+          const A U = LogAffine::gap(up + a.gap, uup + a.gap_extend);
+          const A L = LogAffine::gap(hb[k] + a.gap, hl[k] + a.gap_extend);
+          const A hn = LogCell::value(D, U, L);
+          hdiag[k] = LogAffine::gap(up, uup);  // C[i-1,j] = log2(2^A + 2^U)
+          if (in) {
+            h[k] = hn;
+            ha[k] = LogAffine::prime(D, L);
+            hu[k] = U;
+            hb[k] = LogAffine::prime(D, U);
+            hl[k] = L;
+            if (SOFT) soft.add(hn);
+            else if (!is_nan(best)) best = is_nan(hn) ? hn : max_of(best, hn);  // NaN sticks
+          }
+          return;
+        }
         const A vd = hdiag[k] + sk, vu = up + a.gap, vl = h[k] + a.gap;
         const A hn = LogCell::value(vd, vu, vl);
-        const bool in = inside(t, k);
         if constexpr (TANGENT) {
           const A hdup = k > 0 ? hd[k - 1] : lane != 0 ? hdup_lane : hdup_edge;  // border: 0
           const Weights<A> p = LogCell::normalized_weights(hn, vd, vu, vl);
@@ -410,8 +505,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         }
       });
       if (has_below) {
-        const A v = __shfl_sync(kFullMask, h[R - 1], kWarp - 1);
-        const A vd = TANGENT ? __shfl_sync(kFullMask, hd[R - 1], kWarp - 1) : A(0);
+        const A v = __shfl_sync(kFullMask, down(R - 1), kWarp - 1);
+        const A vd = TANGENT || AFFINE ? __shfl_sync(kFullMask, down2(R - 1), kWarp - 1) : A(0);
         const int col = t - (kBandRows - 1);
         if (x == kChunkSteps - 1) {
           if (lane == 0) {
@@ -429,24 +524,20 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       }
     };
     // The band's last row to the band below: columns (last & ~31) .. last.
-    // y_col (TANGENT): the column's y, or in the log domain its Hdot.
+    // y_col: TANGENT the column's y, or in the log domain its Hdot; AFFINE
+    // its U (z_col, h_col: A), or in the log domain log2 U.
     auto put_columns = [&](int last, bool log_domain, A z_col, int o_col, A h_col, A y_col) {
       const int col = (last & ~(kWarp - 1)) + lane;
       if (col > last) return;
-      const A hdot = TANGENT && !log_domain ? y_col / z_col : y_col;
-      A mant, e;
-      if (!log_domain) {
-        const int k = exponent_of(z_col);
-        mant = z_col * pow2<A>(-k);
-        e = A(k + o_col);
-      } else if (is_nan(h_col) || h_col == kInf) {
-        mant = h_col;
-        e = A(0);
-      } else {
-        e = floor(h_col);
-        mant = exp2_acc(h_col - e);
+      A v[AFFINE ? 4 : TANGENT ? 3 : 2];
+      if (!log_domain) probability_to_scaled(z_col, o_col, v[0], v[1]);
+      else log_to_scaled(h_col, v[0], v[1]);
+      if constexpr (TANGENT) v[2] = log_domain ? y_col : y_col / z_col;
+      if constexpr (AFFINE) {
+        if (!log_domain) probability_to_scaled(y_col, o_col, v[2], v[3]);
+        else log_to_scaled(y_col, v[2], v[3]);
       }
-      Edge::put(edge_below + int64_t(col) * Edge::kWords, mant, e, hdot, col);
+      Edge::put(edge_below + int64_t(col) * Edge::kWords, v, col);
     };
     // The columns due at the end of a group. The column collected at a
     // chunk's last step (t0 + 32 - 32R, lane 0's) waits in pend_* until the
@@ -485,13 +576,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       // lane collects the edge, which stores) is then known at compile time.
 #pragma unroll(decltype(checked)::value ? 1 : kChunkSteps / kGroup)
       for (int g = 0; g < kChunkSteps; g += kGroup) {
-        A z0[R], diag0[R], y0[R], ydiag0[R];
+        A z0[R], diag0[R], y0[R], ydiag0[R], za0[R], zu0[R], zb0[R], zl0[R];
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           z0[k] = z[k];
           diag0[k] = diag[k];
           y0[k] = y[k];
           ydiag0[k] = ydiag[k];
+          za0[k] = za[k];
+          zu0[k] = zu[k];
+          zb0[k] = zb[k];
+          zl0[k] = zl[k];
         }
         const A low_z0 = low_z, low_y0 = low_y;
         const int low_o0 = low_o;
@@ -525,11 +620,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
             hd[k] = y0[k] / z0[k];
             hddiag[k] = diag0[k] > A(0) ? ydiag0[k] / diag0[k] : A(0);
           }
+          if constexpr (AFFINE) {  // a node 0 (border, or flushed: negligible) is -inf
+            ha[k] = log2_acc(za0[k]) + A(o[k]);
+            hu[k] = log2_acc(zu0[k]) + A(o[k]);
+            hb[k] = log2_acc(zb0[k]) + A(o[k]);
+            hl[k] = log2_acc(zl0[k]) + A(o[k]);
+          }
           sum_z[k] = best_z[k] = A(0);  // what the undone steps added
         }
         edge_h = log2_acc(edge_m) + edge_e;
         low_h = log2_acc(low_z0) + A(low_o0);
         if constexpr (TANGENT) low_y = low_y0 / low_z0;
+        if constexpr (AFFINE) {
+          edge_hu = log2_acc(edge_um) + edge_hd;
+          low_y = log2_acc(low_y0) + A(low_o0);
+        }
 #pragma unroll
         for (int k = 0; k < R; ++k) {  // the undone steps' H are written again
           best_h[k] = best_h0[k];
@@ -556,18 +661,24 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       __syncwarp();
       if (has_above && t0 < n) {
         const int col = t0 + lane;
-        edge_m = A(1);
-        edge_e = A(0);
-        edge_hd = A(0);
-        if (col < n)
-          Edge::get(edge_above + int64_t(col) * Edge::kWords, col, edge_m, edge_e, edge_hd, next_edge);
+        A v[AFFINE ? 4 : TANGENT ? 3 : 2] = {A(1)};  // beyond the pair: the border's
+        if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, v, next_edge);
         if (col + kChunkSteps < n)
           next_edge = Edge::Words::load(edge_above + int64_t(col + kChunkSteps) * Edge::kWords);
+        edge_m = v[0];
+        edge_e = v[1];
+        if constexpr (TANGENT) edge_hd = v[2];
+        if constexpr (AFFINE) {
+          edge_um = v[2];
+          edge_hd = v[3];
+        }
         if (log_domain) {
           edge_h = log2_acc(edge_m) + edge_e;
+          if constexpr (AFFINE) edge_hu = log2_acc(edge_um) + edge_hd;
         } else {
           edge_up = edge_m * pow2<A>(exponent_int(edge_e) - o_first);
-          edge_yup = edge_up * edge_hd;
+          if constexpr (AFFINE) edge_yup = edge_um * pow2<A>(exponent_int(edge_hd) - o_first);
+          else edge_yup = edge_up * edge_hd;
         }
       }
       const int slot = (q & 1) * kSlot;
@@ -618,8 +729,12 @@ bool run_probability_pass(const Problem& p, const Workspace& ws, F&& f) {
     ProbabilityForwardArgs<T, A> args;
     static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
     args.unscale = A(p.temperature * kLn2);
-    args.gap = args.open.value;  // a constant (runs_probability_forward)
+    args.gap = args.open.value;  // constants (runs_probability_forward)
     args.gap_weight = A(std::exp2(double(args.gap)));
+    if (p.affine) {
+      args.gap_extend = args.extend.value;
+      args.gap_extend_weight = A(std::exp2(double(args.gap_extend)));
+    }
     f(args);
   });
   return true;
@@ -642,6 +757,15 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       launch_persistent<probability_forward<T, A, R, soft(), state(), false>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
+    if (p.affine) {  // inference, one row per lane (runs_probability_forward, rows_per_thread)
+      auto affine = [&](auto soft) {
+        launch_persistent<probability_forward<T, A, 1, soft(), false, false, true>>(
+            args, s, "probability_forward (affine)", staging_smem_bytes<T, 1>());
+      };
+      if (args.soft_reduction) affine(std::true_type{});
+      else affine(std::false_type{});
+      return;
+    }
     // Rows per lane as rows_per_thread says: one with state, and in double;
     // one or two in float without.
     auto with_state = [&](auto soft) {
@@ -659,6 +783,7 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
 bool probability_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
+  if (p.affine) return false;  // the affine tangent runs in the log domain (forward.cu)
   return run_probability_pass(p, ws, [&](auto& args) {
     using T = std::remove_pointer_t<decltype(args.score)>;
     using A = std::remove_pointer_t<decltype(args.hidden)>;

@@ -133,6 +133,31 @@ SOFTSW_HD A probability_tangent_cell(A w, A diag, A ydiag, A ds, A c, A yup, A y
   return w * (ydiag + diag * ds) + c * (yup + yleft);
 }
 
+// The affine-gap nodes in the probability domain: recurrence.h's AffineCell
+// with Z = 2^node, every node linear in its neighbours, all values in the
+// row's scale. `start` = 2^-o, `w` = 2^s, `cdiag` = C[i-1,j-1], `aup` and
+// `uup` the A and U of (i-1, j), `bleft` and `lleft` the B and L of (i, j-1),
+// `open` = 2^open, `extend` = 2^extend:
+//   D = w C[i-1,j-1]   U = open A[i-1,j] + extend U[i-1,j]
+//   L = open B[i,j-1] + extend L[i,j-1]
+//   A = 1 + D + L      B = 1 + D + U      C = 1 + D + U + L = A + U
+// On the border A = B = C = 1 and U = L = 0. All terms positive, C the
+// largest node: probability.h's argument holds node by node with both gaps
+// in range (U >= min(open, extend) C[i-1,j], L likewise).
+template <typename A>
+struct AffineNodes {
+  A c, a, u, b, l;
+};
+template <typename A>
+SOFTSW_HD AffineNodes<A> probability_affine_cell(A start, A w, A cdiag, A open, A extend, A aup,
+                                                 A uup, A bleft, A lleft) {
+  const A u = open * aup + extend * uup;
+  const A l = open * bleft + extend * lleft;
+  const A sd = start + w * cdiag;
+  const A a = sd + l;
+  return {a + u, a, u, sd + u, l};
+}
+
 // The affine cell's weights in the probability domain, for a backward pass
 // that reads the log-domain nodes C, U, L the forward kept (recurrence.h's
 // AffineCell). With Z = 2^node, every node of a cell relative to its C node:

@@ -220,15 +220,31 @@ inline double kernel_scale(const Problem& p) {
   return runs_hard(p) ? 1.0 : 1.0 / (p.temperature * kLn2);
 }
 
+// Whether environment variable `name` is exactly "0": how the switches that
+// turn a kernel choice off for benchmarks of it are read (each caller keeps
+// the answer in a static, read once).
+inline bool env_is_zero(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '0' && e[1] == 0;
+}
+
 // Whether the forward runs in the probability domain (forward_probability.cu):
-// linear gaps with a constant gap within ProbabilityRange's bound (in kernel
-// units, as gap_reader computes it), T > 0.
+// constant gaps within ProbabilityRange's bound (in kernel units, as
+// gap_reader computes them), T > 0; linear gaps, or affine at inference (an
+// affine training forward keeps the log-domain state its passes read).
+// SOFTSW_PROBABILITY_AFFINE=0 runs the affine inference in the log domain
+// (forward_wavefront with AffineRow): for benchmarks of the choice in one
+// build, and the emulation's check of that row with constant gaps.
 inline bool runs_probability_forward(const Problem& p) {
-  if (p.affine || p.gap_open.data || runs_hard(p)) return false;
+  if (p.has_gap_tensor() || runs_hard(p) || (p.affine && p.keeps_state)) return false;
+  static const bool affine_on = !env_is_zero("SOFTSW_PROBABILITY_AFFINE");
+  if (p.affine && !affine_on) return false;
   const double scale = kernel_scale(p);
-  if (accumulates_in_double(p.dtype))
-    return ProbabilityRange<double>::gap_ok(p.gap_open.value * scale);
-  return ProbabilityRange<float>::gap_ok(float(p.gap_open.value * double(float(scale))));
+  auto in_range = [&](double gap) {
+    if (accumulates_in_double(p.dtype)) return ProbabilityRange<double>::gap_ok(gap * scale);
+    return ProbabilityRange<float>::gap_ok(float(gap * double(float(scale))));
+  };
+  return in_range(p.gap_open.value) && (!p.affine || in_range(p.gap_extend.value));
 }
 
 // Rows per lane of a tall band: 4, but 2 for affine gaps in double (the
@@ -267,7 +283,8 @@ inline int rows_per_thread(const Problem& p) {
   // log-domain inference shape, linear or affine. A forward in the
   // probability domain runs one row with state (every pass over the state
   // follows its band layout) and probability_inference_rows without.
-  if (runs_probability_forward(p)) return p.keeps_state ? 1 : probability_inference_rows(p);
+  if (runs_probability_forward(p))
+    return p.keeps_state || p.affine ? 1 : probability_inference_rows(p);
   if (!p.keeps_state) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;
@@ -343,9 +360,9 @@ inline Workspace carve_workspace(const Problem& p, void* base) {
 }
 
 // Values a band hands the next per column: H, or the affine C, A and U. The
-// probability-domain forward (linear gaps) hands Z as a mantissa and an
-// exponent, the linear reverse tangent pass E and Edot: two.
-inline int64_t edge_values(const Problem& p) { return p.affine ? 3 : 2; }
+// probability-domain forward hands Z as a mantissa and an exponent (affine:
+// A and U, four), the linear reverse tangent pass E and Edot: two.
+inline int64_t edge_values(const Problem& p) { return p.affine ? 4 : 2; }
 
 inline int64_t workspace_bytes(const Problem& p) {
   const int64_t units = p.batch * band_count(p);
@@ -749,14 +766,6 @@ inline int persistent_blocks(Kernel kernel, int64_t units, int& per_sm, size_t s
   const int64_t resident = int64_t(multiprocessor_count()) * (per_sm > 0 ? per_sm : 1);
   const int64_t needed = (units + kWarpsPerBlock - 1) / kWarpsPerBlock;
   return static_cast<int>(needed < resident ? needed : resident);
-}
-
-// Whether environment variable `name` is exactly "0": how the switches that
-// turn a kernel choice off for benchmarks of it are read (each caller keeps
-// the answer in a static, read once).
-inline bool env_is_zero(const char* name) {
-  const char* e = std::getenv(name);
-  return e && e[0] == '0' && e[1] == 0;
 }
 
 // Bands a pair per round of tickets (band_of_ticket) for `warps` resident

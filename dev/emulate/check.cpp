@@ -335,10 +335,14 @@ int main(int argc, char** argv) {
   cases.push_back({Dtype::Float32, 2, 70, 45, true, 0.05, Reduction::Soft, true, false, 30.0});
   // Scores too large for the probability domain at T = 1 (the gap in range):
   // the probability-domain passes switch to the log domain at once (scale
-  // 30), or part of the way along (9; float64: 60).
-  for (double scale : {30.0, 9.0})
-    cases.push_back({Dtype::Float32, 2, 70, 45, false, 1.0, Reduction::Soft, true, false, scale});
-  cases.push_back({Dtype::Float64, 2, 70, 45, false, 1.0, Reduction::Max, false, false, 60.0});
+  // 30), or part of the way along (9; float64: 60); linear, and the affine
+  // inference forward.
+  for (bool affine : {false, true}) {
+    for (double scale : {30.0, 9.0})
+      cases.push_back({Dtype::Float32, 2, 70, 45, affine, 1.0, Reduction::Soft, true, false, scale});
+    cases.push_back({Dtype::Float64, 2, 70, 45, affine, 1.0, Reduction::Max, false, false, 60.0});
+  }
+  cases.push_back({Dtype::Float32, 2, 70, 45, true, 1.0, Reduction::Max, false, false, 9.0});
   // A direction so large that Y = Z Hdot overflows where Z does not (Z grows
   // up to ~2^64 in a group of steps here): the tangent pass alone continues
   // in the log domain.

@@ -420,7 +420,7 @@ class _Footprint:
     """Device bytes of one kernel call. Per pair: the score matrices
     (`copies` of them: with embeddings the similarity product and the
     kernel's copy) and the kernel's workspace, which holds per band of 32
-    rows a hand-over edge (up to 3 values per column, each two words of the
+    rows a hand-over edge (up to 4 values per column, each two words of the
     accumulate type), a flag and a partial result; plus a pair's lengths,
     outputs and top-k candidates (_PAIR_EXTRA_BYTES), and for tokens the
     gather's index (a table row per row). Per residue of the call's row and
@@ -437,7 +437,7 @@ class _Footprint:
     def pair(self, rows: int, cols: int) -> int:
         bands = -(-rows // 32)
         return (self.copies * self.element * rows * cols + self.row_index * rows
-                + bands * (6 * self.accumulate * cols + 24) + _PAIR_EXTRA_BYTES)
+                + bands * (8 * self.accumulate * cols + 24) + _PAIR_EXTRA_BYTES)
 
     def call(self, nr: int, nc: int, rows: int, cols: int) -> int:
         """Bytes of a call of `nr` row items against `nc` column items."""
