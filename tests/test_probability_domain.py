@@ -11,7 +11,7 @@ and many, short pairs with garbage in the padding. The training forward's
 state feeds the backward: its gradients are checked the same way, and so are
 the double backward's Hessian-vector products, whose tangent pass runs on the
 same skeleton. Affine gaps (constant open and extend) run the inference
-forward on it too, checked the same way at the end.
+forward on it too: the inference tests run both gap models (GAPS).
 """
 import math
 
@@ -30,24 +30,34 @@ pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is
 FLOAT_LOG2_LIMIT = 12.0
 
 
-def cpu_reference(S, gap, T, lengths, reduction):
+def cpu_reference(S, gap, T, lengths, reduction, gap_extend=None):
     """The float64 CPU kernel on exactly the values the CUDA kernel sees."""
     with torch.no_grad():
-        return softsw.align(S.detach().cpu().double(), gap, T,
+        return softsw.align(S.detach().cpu().double(), gap, T, gap_extend=gap_extend,
                             lengths=None if lengths is None else lengths.cpu(),
                             reduction=reduction)
 
 
-def cuda_inference(S, gap, T, lengths, reduction):
+def cuda_inference(S, gap, T, lengths, reduction, gap_extend=None):
     with torch.no_grad():
-        return softsw.align(S.cuda(), gap, T,
+        return softsw.align(S.cuda(), gap, T, gap_extend=gap_extend,
                             lengths=None if lengths is None else lengths.cuda(),
                             reduction=reduction)
 
 
-def check(S, gap, T, lengths, reduction, dtype):
-    out = cuda_inference(S.to(dtype), gap, T, lengths, reduction)
-    ref = cpu_reference(S.to(dtype), gap, T, lengths, reduction)
+# Inference tests run linear gaps and affine gaps (constant open and extend:
+# the affine inference forward runs on the same skeleton); extend(gap, gaps)
+# is the gap_extend of either.
+GAPS = pytest.mark.parametrize("gaps", ["linear", "affine"])
+
+
+def extend(gap, gaps):
+    return gap / 2 if gaps == "affine" else None
+
+
+def check(S, gap, T, lengths, reduction, dtype, gap_extend=None):
+    out = cuda_inference(S.to(dtype), gap, T, lengths, reduction, gap_extend)
+    ref = cpu_reference(S.to(dtype), gap, T, lengths, reduction, gap_extend)
     M, N = S.shape[-2:]
     assert out.dtype == dtype
     assert_close(out, ref, dtype, f"score (T={T}, {reduction})", tol=score_tol(dtype, M, N))
@@ -60,30 +70,33 @@ SHAPES = [(3, 1, 1), (4, 5, 3), (2, 31, 33), (3, 32, 32), (2, 33, 65), (2, 97, 1
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_in_range_matches_float64(gen, shape, dtype, reduction):
+@GAPS
+def test_in_range_matches_float64(gen, shape, dtype, reduction, gaps):
     B, M, N = shape
     S = randn(gen, B, M, N, scale=1.5)
     lengths = rand_lengths(gen, B, M, N)
     S = fill_padding(S, lengths, gen)  # garbage (NaN, inf, 1e30) outside the pairs
-    check(S, -0.8, 1.0, lengths, reduction, dtype)
+    check(S, -0.8, 1.0, lengths, reduction, dtype, extend(-0.8, gaps))
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("T", [1e-3, 0.05, 0.3, 1.0, 10.0, 1e3])
 @pytest.mark.parametrize("magnitude", [1.0, 30.0, 1e4])
-def test_temperatures_and_magnitudes(gen, T, magnitude, reduction):
+@GAPS
+def test_temperatures_and_magnitudes(gen, T, magnitude, reduction, gaps):
     """Both domains: small T or large |S| goes to the log domain, the rest stays."""
     B, M, N = 3, 70, 90
     S = randn(gen, B, M, N, scale=magnitude)
     gap = -0.5 * magnitude
     for dtype in (torch.float32, torch.float64):
-        out, ref = check(S, gap, T, None, reduction, dtype)
+        out, ref = check(S, gap, T, None, reduction, dtype, extend(gap, gaps))
         assert torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
 @pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
-def test_switch_to_log_domain_mid_band(gen, where, reduction):
+@GAPS
+def test_switch_to_log_domain_mid_band(gen, where, reduction, gaps):
     """A pair in range except one cell far out of it: the band that holds it
     switches to the log domain (the cells before it stay in the probability
     domain), the bands above and below do not; the score is exact either way."""
@@ -95,11 +108,12 @@ def test_switch_to_log_domain_mid_band(gen, where, reduction):
     S[0, r, c] = big
     S[1, r, c] = -big
     for dtype in (torch.float32, torch.float64):
-        check(S, -1.0, T, None, reduction, dtype)
+        check(S, -1.0, T, None, reduction, dtype, extend(-1.0, gaps))
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_mixed_batch(gen, reduction):
+@GAPS
+def test_mixed_batch(gen, reduction, gaps):
     """Pairs of one batch in either domain are each right."""
     B, M, N = 6, 64, 96
     S = randn(gen, B, M, N)
@@ -107,26 +121,30 @@ def test_mixed_batch(gen, reduction):
     S[3, 10:20, 40:50] = 500.0
     S[4] *= 1e-4
     lengths = rand_lengths(gen, B, M, N)
-    check(S, -1.0, 0.7, lengths, reduction, torch.float32)
+    check(S, -1.0, 0.7, lengths, reduction, torch.float32, extend(-1.0, gaps))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("reduction", ["max", "soft"])
-def test_half_types(gen, dtype, reduction):
+@GAPS
+def test_half_types(gen, dtype, reduction, gaps):
     B, M, N = 3, 100, 140
     S = randn(gen, B, M, N)
     lengths = rand_lengths(gen, B, M, N)
-    check(fill_padding(S, lengths, gen), -1.0, 1.0, lengths, reduction, dtype)
+    check(fill_padding(S, lengths, gen), -1.0, 1.0, lengths, reduction, dtype,
+          extend(-1.0, gaps))
 
 
-def test_long_pair_many_bands(gen):
+@GAPS
+def test_long_pair_many_bands(gen, gaps):
     B, M, N = 1, 1500, 1700
     S = randn(gen, B, M, N).float().double()
     for reduction in ("max", "soft"):
-        check(S, -1.0, 1.0, None, reduction, torch.float32)
+        check(S, -1.0, 1.0, None, reduction, torch.float32, extend(-1.0, gaps))
 
 
-def test_large_scores_near_the_limit(gen):
+@GAPS
+def test_large_scores_near_the_limit(gen, gaps):
     """Scores just inside the range rule, all positive: Z grows as fast as the
     rule allows on every step (the renormalisation must keep up)."""
     B, M, N = 2, 96, 200
@@ -135,8 +153,21 @@ def test_large_scores_near_the_limit(gen):
     S = torch.full((B, M, N), s, dtype=torch.float64)
     S[1] = randn(gen, M, N).abs() * s / 4 + s * 3 / 4
     for reduction in ("max", "soft"):
-        out, ref = check(S, -1.0, T, None, reduction, torch.float32)
+        out, ref = check(S, -1.0, T, None, reduction, torch.float32, extend(-1.0, gaps))
         assert torch.isfinite(out).all()
+
+
+def test_affine_long_gaps_dominate(gen):
+    """Affine gaps with scores so low that the best paths are long gaps: U and
+    L carry the values, A and B fall far below C (each node keeps its own
+    digits across band edges)."""
+    B, M, N = 2, 200, 260
+    S = randn(gen, B, M, N) - 3.0
+    S[:, 0, 0] = 8.0
+    S[:, M - 1, N - 1] = 8.0
+    for reduction in ("max", "soft"):
+        for dtype in (torch.float32, torch.float64):
+            check(S, -3.0, 0.5, None, reduction, dtype, gap_extend=-0.05)
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
@@ -161,41 +192,48 @@ def test_value_in_the_top_binade_at_a_check(gen, dtype, training):
             assert torch.isfinite(out).all()
 
 
-def test_nan_and_inf_stay_in_their_pair(gen):
+@GAPS
+def test_nan_and_inf_stay_in_their_pair(gen, gaps):
     B, M, N = 4, 40, 50
     S = randn(gen, B, M, N)
     S[1, 5, 7] = float("nan")
     S[2, 30, 20] = float("inf")
     S[3, 0, 0] = -float("inf")
     for reduction in ("max", "soft"):
-        out = cuda_inference(S.float(), -1.0, 1.0, None, reduction)
-        ref = cpu_reference(S.float(), -1.0, 1.0, None, reduction)
+        out = cuda_inference(S.float(), -1.0, 1.0, None, reduction, extend(-1.0, gaps))
+        ref = cpu_reference(S.float(), -1.0, 1.0, None, reduction, extend(-1.0, gaps))
         assert_close(out, ref, torch.float32, "score")
         assert math.isnan(out[1].item())
         assert torch.isfinite(out[[0, 3]]).all()
 
 
-def test_inference_matches_training_forward(gen):
-    """The probability-domain inference and the log-domain training forward
-    compute the same scores (to the float32 tolerance)."""
+@GAPS
+def test_inference_matches_training_forward(gen, gaps):
+    """The inference and the training forward (affine gaps: the probability
+    domain's and the log domain's) compute the same scores (to the float32
+    tolerance)."""
     B, M, N = 8, 128, 128
     S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
     for reduction in ("max", "soft"):
         with torch.no_grad():
-            inference = softsw.align(S, -1.0, 1.0, reduction=reduction)
-        training = softsw.align(S.clone().requires_grad_(True), -1.0, 1.0, reduction=reduction)
+            inference = softsw.align(S, -1.0, 1.0, gap_extend=extend(-1.0, gaps),
+                                     reduction=reduction)
+        training = softsw.align(S.clone().requires_grad_(True), -1.0, 1.0,
+                                gap_extend=extend(-1.0, gaps), reduction=reduction)
         assert_close(inference, training, torch.float32, "score", tol=score_tol(torch.float32, M, N))
 
 
-def test_deterministic(gen):
+@GAPS
+def test_deterministic(gen, gaps):
     B, M, N = 16, 200, 300
     S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
     S[3, 50, 60] = 400.0  # one band in the log domain
     for reduction in ("max", "soft"):
         with torch.no_grad():
-            first = softsw.align(S, -1.0, 1.0, reduction=reduction)
+            first = softsw.align(S, -1.0, 1.0, gap_extend=extend(-1.0, gaps), reduction=reduction)
             for _ in range(3):
-                assert torch.equal(softsw.align(S, -1.0, 1.0, reduction=reduction), first)
+                again = softsw.align(S, -1.0, 1.0, gap_extend=extend(-1.0, gaps), reduction=reduction)
+                assert torch.equal(again, first)
 
 
 def test_more_accurate_than_the_log_domain(gen):
@@ -425,127 +463,3 @@ def test_hvp_deterministic(gen):
     first = step()
     for _ in range(3):
         assert torch.equal(step(), first)
-
-
-# --------------------------------------------------------------------------
-# Affine gaps: the inference forward in the probability domain
-# --------------------------------------------------------------------------
-
-
-def check_affine(S, gap_open, gap_extend, T, lengths, reduction, dtype):
-    """The CUDA inference score with affine gaps against the float64 CPU kernel."""
-    S = S.to(dtype)
-    with torch.no_grad():
-        out = softsw.align(S.cuda(), gap_open, T, gap_extend=gap_extend,
-                           lengths=None if lengths is None else lengths.cuda(),
-                           reduction=reduction)
-        ref = softsw.align(S.cpu().double(), gap_open, T, gap_extend=gap_extend,
-                           lengths=None if lengths is None else lengths.cpu(),
-                           reduction=reduction)
-    M, N = S.shape[-2:]
-    assert out.dtype == dtype
-    assert_close(out, ref, dtype, f"affine score (T={T}, {reduction})",
-                 tol=score_tol(dtype, M, N))
-    return out, ref
-
-
-@pytest.mark.parametrize("reduction", ["max", "soft"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_affine_in_range_matches_float64(gen, shape, dtype, reduction):
-    B, M, N = shape
-    S = randn(gen, B, M, N, scale=1.5)
-    lengths = rand_lengths(gen, B, M, N)
-    S = fill_padding(S, lengths, gen)
-    check_affine(S, -2.0, -0.3, 1.0, lengths, reduction, dtype)
-
-
-@pytest.mark.parametrize("reduction", ["max", "soft"])
-@pytest.mark.parametrize("T", [1e-3, 0.05, 0.3, 1.0, 10.0, 1e3])
-@pytest.mark.parametrize("magnitude", [1.0, 30.0, 1e4])
-def test_affine_temperatures_and_magnitudes(gen, T, magnitude, reduction):
-    B, M, N = 3, 70, 90
-    S = randn(gen, B, M, N, scale=magnitude)
-    for dtype in (torch.float32, torch.float64):
-        out, _ = check_affine(S, -1.0 * magnitude, -0.2 * magnitude, T, None, reduction, dtype)
-        assert torch.isfinite(out).all()
-
-
-@pytest.mark.parametrize("reduction", ["max", "soft"])
-@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
-def test_affine_switch_to_log_domain_mid_band(gen, where, reduction):
-    """One cell far out of range: its band continues in the log domain with
-    the affine nodes (A and U handed down, B and L to the right) converted."""
-    B, M, N = 2, 150, 400
-    S = randn(gen, B, M, N)
-    big = 4 * FLOAT_LOG2_LIMIT * math.log(2)
-    r, c = {"first_band": (3, 10), "late_column": (70, 333), "last_row": (M - 1, N - 5)}[where]
-    S[0, r, c] = big
-    S[1, r, c] = -big
-    for dtype in (torch.float32, torch.float64):
-        check_affine(S, -1.5, -0.5, 1.0, None, reduction, dtype)
-
-
-def test_affine_long_gaps_dominate(gen):
-    """Scores so low that the best paths are long gaps: U and L carry the
-    values, A and B fall far below C (each node keeps its own digits across
-    band edges)."""
-    B, M, N = 2, 200, 260
-    S = randn(gen, B, M, N) - 3.0
-    S[:, 0, 0] = 8.0
-    S[:, M - 1, N - 1] = 8.0
-    for reduction in ("max", "soft"):
-        for dtype in (torch.float32, torch.float64):
-            check_affine(S, -3.0, -0.05, 0.5, None, reduction, dtype)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_affine_half_types(gen, dtype):
-    B, M, N = 3, 100, 140
-    S = randn(gen, B, M, N)
-    lengths = rand_lengths(gen, B, M, N)
-    for reduction in ("max", "soft"):
-        check_affine(fill_padding(S, lengths, gen), -1.0, -0.5, 1.0, lengths, reduction, dtype)
-
-
-def test_affine_long_pair_many_bands(gen):
-    S = randn(gen, 1, 1500, 1700).float().double()
-    for reduction in ("max", "soft"):
-        check_affine(S, -1.0, -0.5, 1.0, None, reduction, torch.float32)
-
-
-def test_affine_nan_and_inf_stay_in_their_pair(gen):
-    B, M, N = 4, 40, 50
-    S = randn(gen, B, M, N)
-    S[1, 5, 7] = float("nan")
-    S[2, 30, 20] = float("inf")
-    S[3, 0, 0] = -float("inf")
-    for reduction in ("max", "soft"):
-        out, _ = check_affine(S, -1.0, -0.5, 1.0, None, reduction, torch.float32)
-        assert math.isnan(out[1].item())
-        assert torch.isfinite(out[[0, 3]]).all()
-
-
-def test_affine_inference_matches_training_forward(gen):
-    """The probability-domain inference forward and the log-domain training
-    forward of affine gaps agree (to the float32 tolerance)."""
-    B, M, N = 8, 128, 160
-    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
-    for reduction in ("max", "soft"):
-        with torch.no_grad():
-            inference = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
-        training = softsw.align(S.clone().requires_grad_(True), -1.0, 1.0, gap_extend=-0.5,
-                                reduction=reduction)
-        assert_close(inference, training, torch.float32, "score", tol=score_tol(torch.float32, M, N))
-
-
-def test_affine_deterministic(gen):
-    B, M, N = 16, 200, 300
-    S = randn(gen, B, M, N, dtype=torch.float32, device="cuda")
-    S[3, 50, 60] = 400.0  # one band in the log domain
-    for reduction in ("max", "soft"):
-        with torch.no_grad():
-            first = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
-            for _ in range(3):
-                again = softsw.align(S, -1.0, 1.0, gap_extend=-0.5, reduction=reduction)
-                assert torch.equal(again, first)
