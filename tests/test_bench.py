@@ -49,3 +49,29 @@ def test_hvp_step_is_the_hessian_times_w():
     expected = (hessian.reshape(12, 12) @ weight.reshape(12)).reshape(1, 4, 3)
     assert weight.abs().min() > 0 and expected.abs().max() > 1e-3
     assert torch.allclose(buffers[0].grad, expected, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["linear", "affine"])
+def test_gap_tensor_mode(tmp_path, affine):
+    """--gap-tensor passes the gaps as (B, M, N) tensors: softsw runs both
+    modes (and its scores equal the constant gaps' to rounding), the baselines
+    report the case unsupported."""
+    out = tmp_path / "bench.json"
+    argv = ["--device", "cpu", "--mode", "both", "--shapes", "3x12x9", "--methods",
+            "softsw,antidiag", "--budget", "0.01", "--min-reps", "2", "--max-reps", "3",
+            "--no-latency", "--gap-tensor", "--json", str(out)] + (["--affine"] if affine else [])
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["meta"]["gap_tensor"] is True
+    rows = {(r["mode"], r["method"]): r for r in report["rows"]}
+    for mode in ("inference", "training"):
+        assert rows[mode, "softsw"]["status"] == "ok", rows[mode, "softsw"]
+        assert rows[mode, "antidiag"]["status"] == "unsupported"
+        assert "gap tensors" in rows[mode, "antidiag"]["note"]
+    case = bench.Case(3, 12, 9, "cpu", "float32", "inference", affine, -1.0,
+                      -0.5 if affine else None, 1.0, "max", True)
+    x = torch.randn(3, 12, 9)
+    runner = bench.SoftswMethod(None).setup(case, [x])
+    with torch.no_grad():
+        expected = softsw.align(x, -1.0, 1.0, gap_extend=-0.5 if affine else None)
+    assert torch.allclose(runner.step(0), expected, rtol=1e-5, atol=1e-5)

@@ -238,17 +238,21 @@ def test_deterministic(gen, gaps):
 
 def test_more_accurate_than_the_log_domain(gen):
     """The reason for the probability domain besides speed: in float32 it is at
-    least as close to float64 as the log domain (measured ~10x). A gap tensor
-    (here constant) runs the log-domain kernels on the same problem."""
+    least as close to float64 as the log domain (measured ~10x). The log
+    domain on (nearly) the same problem: a gap tensor of -1 whose entry at the
+    first cell of every 32-row band is far out of the range rule, so that every
+    band continues in the log domain from its first group of steps."""
     B, M, N = 16, 256, 256
     S = randn(gen, B, M, N).float()
-    ref = cpu_reference(S.double(), -1.0, 1.0, None, "soft")
+    gap = torch.full((B, M, N), -1.0)
+    gap[:, ::32, 0] = -1e4
+    ref_prob = cpu_reference(S.double(), -1.0, 1.0, None, "soft")
+    ref_log = cpu_reference(S.double(), gap.double(), 1.0, None, "soft")
     with torch.no_grad():
         prob = softsw.align(S.cuda(), -1.0, 1.0, reduction="soft").cpu().double()
-        gap = torch.full((B, M, N), -1.0, device="cuda")
-        log = softsw.align(S.cuda(), gap, 1.0, reduction="soft").cpu().double()
-    err_prob = ((prob - ref).abs() / ref.abs()).max().item()
-    err_log = ((log - ref).abs() / ref.abs()).max().item()
+        log = softsw.align(S.cuda(), gap.cuda(), 1.0, reduction="soft").cpu().double()
+    err_prob = ((prob - ref_prob).abs() / ref_prob.abs()).max().item()
+    err_log = ((log - ref_log).abs() / ref_log.abs()).max().item()
     assert err_prob <= err_log, (err_prob, err_log)
 
 
@@ -463,3 +467,86 @@ def test_hvp_deterministic(gen):
     first = step()
     for _ in range(3):
         assert torch.equal(step(), first)
+
+
+# --------------------------------------------------------------------------
+# Gap tensors (linear gaps): each cell's gap held to the range rule
+# --------------------------------------------------------------------------
+
+
+def gap_tensor(gen, shape, center=-1.0, spread=0.3):
+    return randn(gen, *shape, scale=spread, shift=center)
+
+
+def check_gap_tensor(gen, S, gap, T, lengths, reduction, dtype, training):
+    """Score (training: and d score / d S, d score / d gap) of the CUDA call
+    with a gap tensor against the float64 CPU kernel on the same values."""
+    S, gap = S.to(dtype), gap.to(dtype)
+    M, N = S.shape[-2:]
+    ref_S, ref_gap = leaf(S.double()), leaf(gap.double())
+    out_S, out_gap = leaf(S.cuda()), leaf(gap.cuda())
+    with torch.set_grad_enabled(training):
+        ref = softsw.align(ref_S, ref_gap, T, lengths=lengths, reduction=reduction)
+        out = softsw.align(out_S, out_gap, T, reduction=reduction,
+                           lengths=None if lengths is None else lengths.cuda())
+    assert_close(out, ref, dtype, f"score (T={T}, {reduction})", tol=score_tol(dtype, M, N))
+    if training:
+        go = randn(gen, S.shape[0], scale=0.25, shift=1.0)
+        ref_g = grads(ref, [ref_S, ref_gap], go.double())
+        out_g = grads(out, [out_S, out_gap], go.to(out.dtype).cuda())
+        tol = grad_tol(dtype, M, N, T, max(1.0, S.double().abs().max().item()))
+        assert_close(out_g[0], ref_g[0], dtype, "d/d scores", tol=tol)
+        assert_close(out_g[1], ref_g[1], dtype, "d/d gap", tol=tol)
+    return out
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("shape", [(4, 5, 3), (3, 32, 32), (2, 97, 130), (1, 300, 257)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gap_tensor_in_range_matches_float64(gen, shape, dtype, reduction, training):
+    B, M, N = shape
+    S = randn(gen, B, M, N, scale=1.5)
+    lengths = rand_lengths(gen, B, M, N)
+    check_gap_tensor(gen, S, gap_tensor(gen, (B, M, N)), 1.0, lengths, reduction, dtype, training)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 130), (3, 1, 130), (3, 97, 1)], ids=lambda s: "x".join(map(str, s)))
+def test_gap_tensor_broadcast(gen, shape, training):
+    """Gap tensors broadcast along some dimensions (strides of 0) are read
+    per cell the same way."""
+    B, M, N = 3, 97, 130
+    S = randn(gen, B, M, N)
+    gap = gap_tensor(gen, shape).expand(B, M, N) if len(shape) == 3 else gap_tensor(gen, shape)
+    for reduction in ("max", "soft"):
+        check_gap_tensor(gen, S, gap, 1.0, None, reduction, torch.float32, training)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
+def test_gap_tensor_out_of_range_switches_mid_band(gen, where, training):
+    """Gaps far out of the range rule (one very negative, one very positive)
+    send the group of steps that meets them, and the rest of its band, to the
+    log domain; the other bands stay; the results are exact either way."""
+    B, M, N = 2, 150, 300
+    S = randn(gen, B, M, N)
+    gap = gap_tensor(gen, (B, M, N))
+    r, c = {"first_band": (3, 10), "late_column": (70, 250), "last_row": (M - 1, N - 5)}[where]
+    gap[0, r, c] = -60.0
+    gap[1, r, c] = 30.0
+    for reduction in ("max", "soft"):
+        for dtype in (torch.float32, torch.float64):
+            check_gap_tensor(gen, S, gap, 1.0, None, reduction, dtype, training)
+
+
+@pytest.mark.parametrize("T", [1e-3, 0.05, 1.0, 1e3])
+def test_gap_tensor_temperatures(gen, T):
+    B, M, N = 3, 70, 90
+    S = randn(gen, B, M, N, scale=2.0)
+    gap = gap_tensor(gen, (B, M, N), spread=1.0)
+    for reduction in ("max", "soft"):
+        for training in (False, True):
+            out = check_gap_tensor(gen, S, gap, T, None, reduction, torch.float32, training)
+            assert torch.isfinite(out).all()

@@ -1,7 +1,7 @@
 // The forward on CUDA in the probability domain (probability.h): linear gaps
-// with a constant gap score, T > 0, both reductions, every dtype; with or
-// without the state the backward passes read. Affine gaps with constant gap
-// scores at inference (AFFINE, below).
+// with a constant gap score or a gap tensor (GAP_TENSOR, below), T > 0, both
+// reductions, every dtype; with or without the state the backward passes
+// read. Affine gaps with constant gap scores at inference (AFFINE, below).
 //
 // The cell is Z = 1 + w Z[i-1,j-1] + c (Z[i-1,j] + Z[i,j-1]) with w = 2^s: one
 // exp2 and three adds/FMAs, where the log domain needs a softmax of four
@@ -149,21 +149,29 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 // TANGENT: the tangent pass (Hdot of every cell to `hidden`; no reduction,
 // SOFT and STATE false, R = 1).
 // AFFINE: affine gaps (inference: STATE and TANGENT false).
+// GAP_TENSOR: a linear gap read per cell (a.open; not with TANGENT or
+// AFFINE), c = 2^g an exp2 a cell; a group with a gap outside
+// ProbabilityRange's bound (the one the constant gap is held to before the
+// launch) runs in the log domain, as one that overflows.
 // The staging (8.4 KB a warp for float and one row per lane, twice that for
 // double, two rows or the tangent's two inputs) lets 6 blocks of 4 warps (3
 // for double, two rows or the tangent) share an SM: registers up to that
 // occupancy (5 for 2-byte scores, whose staging code needs more, and for a
-// training forward; 4 for the affine nodes, 2 in double).
-template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT, bool AFFINE = false>
+// training forward; 4 for the affine nodes, 2 in double, and 4 for a gap
+// tensor's loads and exp2).
+template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT, bool AFFINE = false,
+          bool GAP_TENSOR = false>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
                                   sizeof(A) == 8 && AFFINE           ? 2
                                   : sizeof(A) == 8 || R > 1 || TANGENT ? 3
-                                  : AFFINE                           ? 4
+                                  : AFFINE || GAP_TENSOR             ? 4
                                   : sizeof(T) == 2 || STATE          ? 5
                                                                      : 6)
     probability_forward(const ProbabilityForwardArgs<T, A> a) {
   static_assert(!TANGENT || (R == 1 && !SOFT && !STATE), "the tangent pass reduces nothing");
   static_assert(!AFFINE || (!STATE && !TANGENT), "affine gaps: inference only");
+  static_assert(!GAP_TENSOR || (!AFFINE && !TANGENT), "gap tensors: the linear forward");
+  constexpr A kMaxGap = A(ProbabilityRange<A>::kMaxLog2Weight);
   constexpr bool kReduces = !TANGENT;
   constexpr bool kStores = STATE || TANGENT;  // a value of every cell to `hidden`
   constexpr int kGroup = kGroupSteps<R>;
@@ -356,6 +364,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     auto inside = [&](int t, int k) {
       return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
     };
+    // GAP_TENSOR: row k's gap at step t (kernel units; 0 outside the pair,
+    // where nothing is read), and whether every gap of the group so far is
+    // within ProbabilityRange's bound (else the group goes to the log domain).
+    auto cell_gap = [&](int t, int k, bool in) {
+      return in ? a.open.template at<true>(b, top + r0 + k, t - r0 - k) : A(0);
+    };
+    bool gaps_in_range = true;
     // With state: a cell's H to `hidden`, and to the argmax ("max"). Step t
     // is anti-diagonal t of the band: slot t mod n.
     auto keep = [&](int t, int k, A h, auto checked) {
@@ -400,7 +415,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
           else best_z[k] = max_of(best_z[k], in ? nd.c : A(0));
           return;
         }
-        const A zn = probability_cell(start[k], w, diag[k], c, up, z[k]);
+        A cg = c;  // the cell's gap weight
+        if constexpr (GAP_TENSOR) {
+          const A g = cell_gap(t, k, in);
+          gaps_in_range &= g >= -kMaxGap && g <= kMaxGap;  // false for NaN
+          cg = exp2_acc(g);
+        }
+        const A zn = probability_cell(start[k], w, diag[k], cg, up, z[k]);
         if constexpr (TANGENT) {
           const A yup = k > 0 ? y[k - 1] * from_above[k] : lane != 0 ? yup_lane : yup_edge;
           const A yn = probability_tangent_cell(w, diag[k], ydiag[k], direction(k, slot, x), c, yup, y[k]);
@@ -481,7 +502,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
           }
           return;
         }
-        const A vd = hdiag[k] + sk, vu = up + a.gap, vl = h[k] + a.gap;
+        const A g = GAP_TENSOR ? cell_gap(t, k, in) : a.gap;
+        const A vd = hdiag[k] + sk, vu = up + g, vl = h[k] + g;
         const A hn = LogCell::value(vd, vu, vl);
         if constexpr (TANGENT) {
           const A hdup = k > 0 ? hd[k - 1] : lane != 0 ? hdup_lane : hdup_edge;  // border: 0
@@ -597,9 +619,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
           best_h0[k] = best_h[k];
           best_t0[k] = best_t[k];
         }
+        gaps_in_range = true;
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) probability_step(t0 + g + j, g + j, slot, checked);
-        bool finite = true;  // and below the top binade
+        bool finite = gaps_in_range;  // and below the top binade
 #pragma unroll
         for (int k = 0; k < R; ++k) {
           finite &= z[k] < kTopBinade;  // false for NaN
@@ -729,7 +752,7 @@ bool run_probability_pass(const Problem& p, const Workspace& ws, F&& f) {
     ProbabilityForwardArgs<T, A> args;
     static_cast<WavefrontArgs<T, A>&>(args) = wavefront_args<T, A>(p, ws);
     args.unscale = A(p.temperature * kLn2);
-    args.gap = args.open.value;  // constants (runs_probability_forward)
+    args.gap = args.open.value;  // constants (runs_probability_forward), or a tensor in args.open
     args.gap_weight = A(std::exp2(double(args.gap)));
     if (p.affine) {
       args.gap_extend = args.extend.value;
@@ -757,6 +780,19 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       launch_persistent<probability_forward<T, A, R, soft(), state(), false>>(
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
+    if (p.gap_open.data) {  // one row per lane (rows_per_thread)
+      auto with_gap_tensor = [&](auto soft, auto state) {
+        launch_persistent<probability_forward<T, A, 1, soft(), state(), false, false, true>>(
+            args, s, "probability_forward (gap tensor)", staging_smem_bytes<T, 1>());
+      };
+      auto with_state = [&](auto soft) {
+        if (args.hidden) with_gap_tensor(soft, std::true_type{});
+        else with_gap_tensor(soft, std::false_type{});
+      };
+      if (args.soft_reduction) with_state(std::true_type{});
+      else with_state(std::false_type{});
+      return;
+    }
     if (p.affine) {  // inference, one row per lane (runs_probability_forward, rows_per_thread)
       auto affine = [&](auto soft) {
         launch_persistent<probability_forward<T, A, 1, soft(), false, false, true>>(
@@ -783,7 +819,9 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
 bool probability_tangent_cuda(const Problem& p, const DoubleBackwardArgs& d, void* hdot,
                               const cuda::Workspace& ws, cudaStream_t s) {
   using namespace cuda;
-  if (p.affine) return false;  // the affine tangent runs in the log domain (forward.cu)
+  // The affine tangent, and the tangent with gap tensors (second derivatives
+  // to the gaps too), run in the log domain (forward.cu).
+  if (p.affine || p.has_gap_tensor()) return false;
   return run_probability_pass(p, ws, [&](auto& args) {
     using T = std::remove_pointer_t<decltype(args.score)>;
     using A = std::remove_pointer_t<decltype(args.hidden)>;

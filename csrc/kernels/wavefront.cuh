@@ -229,16 +229,18 @@ inline bool env_is_zero(const char* name) {
 }
 
 // Whether the forward runs in the probability domain (forward_probability.cu):
-// constant gaps within ProbabilityRange's bound (in kernel units, as
-// gap_reader computes them), T > 0; linear gaps, or affine at inference (an
+// T > 0; linear gaps, constant within ProbabilityRange's bound (in kernel
+// units, as gap_reader computes it) or a tensor (the kernel holds each cell's
+// gap to the bound); affine gaps at inference, constant within the bound (an
 // affine training forward keeps the log-domain state its passes read).
 // SOFTSW_PROBABILITY_AFFINE=0 runs the affine inference in the log domain
 // (forward_wavefront with AffineRow): for benchmarks of the choice in one
 // build, and the emulation's check of that row with constant gaps.
 inline bool runs_probability_forward(const Problem& p) {
-  if (p.has_gap_tensor() || runs_hard(p) || (p.affine && p.keeps_state)) return false;
+  if (runs_hard(p) || (p.affine && (p.keeps_state || p.has_gap_tensor()))) return false;
   static const bool affine_on = !env_is_zero("SOFTSW_PROBABILITY_AFFINE");
   if (p.affine && !affine_on) return false;
+  if (p.gap_open.data) return true;
   const double scale = kernel_scale(p);
   auto in_range = [&](double gap) {
     if (accumulates_in_double(p.dtype)) return ProbabilityRange<double>::gap_ok(gap * scale);
@@ -284,7 +286,7 @@ inline int rows_per_thread(const Problem& p) {
   // probability domain runs one row with state (every pass over the state
   // follows its band layout) and probability_inference_rows without.
   if (runs_probability_forward(p))
-    return p.keeps_state || p.affine ? 1 : probability_inference_rows(p);
+    return p.keeps_state || p.affine || p.has_gap_tensor() ? 1 : probability_inference_rows(p);
   if (!p.keeps_state) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;

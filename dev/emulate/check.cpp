@@ -63,6 +63,7 @@ struct Case {
   bool lengths, gap_tensor;
   double score_scale;
   double dir_scale = 1.0;  // of the double backward's direction on the scores
+  bool far_gaps = false;   // two gap-tensor entries far outside the probability domain's range
 };
 
 std::string describe(const Case& c) {
@@ -70,7 +71,7 @@ std::string describe(const Case& c) {
   std::snprintf(s, sizeof s, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " %s T=%g %s%s%s scale=%g%s",
                 dtype_name(c.dtype), c.B, c.M, c.N, c.affine ? "affine" : "linear", c.T,
                 c.reduction == Reduction::Soft ? "soft" : "max", c.lengths ? " lengths" : "",
-                c.gap_tensor ? " gap-tensor" : "", c.score_scale,
+                c.gap_tensor ? (c.far_gaps ? " gap-tensor(far)" : " gap-tensor") : "", c.score_scale,
                 c.dir_scale != 1.0 ? " huge-direction" : "");
   return s;
 }
@@ -241,6 +242,10 @@ bool check(const Case& c, std::mt19937_64& rng) {
     in.dir_open.set(i, normal(rng));
     in.dir_extend.set(i, normal(rng));
   }
+  if (c.far_gaps) {  // pair 0 in a middle band, pair 1 in its first group of steps
+    in.open.set(std::min<int64_t>(40, c.M - 1) * c.N + c.N / 2, -40.0);
+    in.open.set((c.B - 1) * MN + 3 * c.N + 2, 25.0);
+  }
   for (int64_t b = 0; b < c.B; ++b) in.grad_score.set(b, 0.5 + unit(rng));
   if (c.lengths) {
     std::uniform_int_distribution<int64_t> m(0, c.M), n(0, c.N);
@@ -343,6 +348,12 @@ int main(int argc, char** argv) {
     cases.push_back({Dtype::Float64, 2, 70, 45, affine, 1.0, Reduction::Max, false, false, 60.0});
   }
   cases.push_back({Dtype::Float32, 2, 70, 45, true, 1.0, Reduction::Max, false, false, 9.0});
+  // Gap-tensor entries out of the range (a linear forward in the probability
+  // domain holds each cell's gap to it): the bands that hold them switch to
+  // the log domain where they meet them.
+  for (Reduction r : {Reduction::Soft, Reduction::Max})
+    for (Dtype d : {Dtype::Float32, Dtype::Float64})
+      cases.push_back({d, 2, 70, 45, false, 1.0, r, false, true, 1.0, 1.0, true});
   // A direction so large that Y = Z Hdot overflows where Z does not (Z grows
   // up to ~2^64 in a group of steps here): the tangent pass alone continues
   // in the log domain.

@@ -115,6 +115,7 @@ class Case:
     gap_extend: Optional[float]
     temperature: float
     reduction: str
+    gap_tensor: bool = False  # the gaps as (B, M, N) tensors of their value (softsw only)
 
     @property
     def cells(self) -> int:
@@ -381,9 +382,16 @@ class SoftswMethod(Method):
     def setup(self, case, buffers):
         import softsw
         kw = dict(gap_extend=case.gap_extend, reduction=case.reduction)
+        gap_open = case.gap_open
+        if case.gap_tensor:  # read per cell, as position-specific gaps are
+            shape = (case.batch, case.rows, case.cols)
+            full = dict(device=case.device, dtype=case.torch_dtype)
+            gap_open = torch.full(shape, case.gap_open, **full)
+            if case.gap_extend is not None:
+                kw["gap_extend"] = torch.full(shape, case.gap_extend, **full)
 
         def fn(x):
-            return softsw.align(x, case.gap_open, case.temperature, **kw)
+            return softsw.align(x, gap_open, case.temperature, **kw)
         return TorchRunner(fn, buffers, case)
 
 
@@ -670,7 +678,8 @@ class Bench:
             "host": platform.node(),
             "cpu": platform.processor() or platform.machine(),
             "cpu_threads": torch.get_num_threads(),
-            "gap_open": a.gap_open, "gap_extend": a.gap_extend, "temperature": a.temperature,
+            "gap_open": a.gap_open, "gap_extend": a.gap_extend, "gap_tensor": a.gap_tensor,
+            "temperature": a.temperature,
             "reduction": a.reduction, "dtype": a.dtype,
             "floor_inference_gcells": floors(a.gap_extend is not None)[0] / 1e9,
             "floor_training_gcells": floors(a.gap_extend is not None)[1] / 1e9,
@@ -746,6 +755,8 @@ class Bench:
                   reduction=case.reduction, temperature=case.temperature, method=method)
         latency = case.mode.startswith("latency")
         try:
+            if case.gap_tensor and method != "softsw":
+                raise Unsupported("gap tensors: softsw only")
             self.methods[method].check(case)
         except Unsupported as exc:
             row.status, row.note = "unsupported", str(exc)
@@ -937,7 +948,8 @@ class Bench:
         for (b, m, n, dev) in a.shape_list:
             for mode in modes:
                 out.append(Case(b, m, n, dev, a.dtype, mode, a.gap_extend is not None,
-                                a.gap_open, a.gap_extend, a.temperature, a.reduction))
+                                a.gap_open, a.gap_extend, a.temperature, a.reduction,
+                                a.gap_tensor))
         return out
 
     def latency_cases(self) -> List[Case]:
@@ -946,7 +958,7 @@ class Bench:
             return []
         b, m, n, dev = _parse_shapes(a.latency_shape, a.device)[0]
         return [Case(b, m, n, dev, a.dtype, mode, a.gap_extend is not None, a.gap_open,
-                     a.gap_extend, a.temperature, a.reduction)
+                     a.gap_extend, a.temperature, a.reduction, a.gap_tensor)
                 for mode in ("latency-fwd", "latency-step")]
 
     def run(self) -> int:
@@ -1031,7 +1043,8 @@ def _print_header(meta: Dict[str, Any], args) -> None:
         if k in meta:
             print(f"  {k}: {meta[k]}")
     print(f"  inputs: scores ~ N(0,1) {args.dtype}, gap_open {args.gap_open}, gap_extend "
-          f"{args.gap_extend}, temperature {args.temperature}, reduction {args.reduction}")
+          f"{args.gap_extend}{' (gap tensors)' if args.gap_tensor else ''}, temperature "
+          f"{args.temperature}, reduction {args.reduction}")
     print(f"  methods: {','.join(args.methods)}; budget {args.budget} s/measurement, "
           f"baselines skipped over {args.max_baseline_s} s/call, time limit {args.time_limit} s;"
           f" CPU rows: {args.cpu_threads or 'default'} threads"
@@ -1045,6 +1058,7 @@ def print_table(rows: List[Row], meta: Dict[str, Any]) -> None:
           f"{meta.get('gpu', meta.get('cpu', ''))}  torch {meta.get('torch', '')}  "
           f"{meta.get('dtype', '')}, gap {meta.get('gap_open')}"
           + (f"/{meta['gap_extend']}" if meta.get("gap_extend") is not None else "")
+          + (" (tensors)" if meta.get("gap_tensor") else "")
           + f", T={meta.get('temperature')}, reduction {meta.get('reduction')}")
     print("median: CUDA events per call (JAX and CPU: wall clock); softsw x: this method's "
           "time / softsw's time, same run (how many times faster softsw is); x train: HVP "
@@ -1129,6 +1143,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--affine", action="store_true",
                    help="affine gaps (gap_extend defaults to -0.5 then)")
     p.add_argument("--gap-open", type=float, default=-1.0)
+    p.add_argument("--gap-tensor", action="store_true",
+                   help="pass the gaps as (B, M, N) tensors of their value, read per cell "
+                        "(softsw only)")
     p.add_argument("--gap-extend", type=float, default=None)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--reduction", default="max", choices=["max", "soft"])
