@@ -1,7 +1,8 @@
 """Small CUDA cases for compute-sanitizer (dev/sanitize.sh): every variant of
 the probability-domain forward, inference and training (dtypes, reductions,
-lengths, a band that switches to the log domain, padding rows), the staged
-backward behind the training forward, and an HVP."""
+lengths, a band that switches to the log domain, padding rows; linear gaps,
+a gap tensor, affine gaps at inference), the staged backward behind the
+training forward, and an HVP."""
 import torch
 
 import softsw
@@ -29,6 +30,23 @@ def main():
             (ref_grad,) = torch.autograd.grad(ref.sum(), xr)
             gerr = (grad.double().cpu() - ref_grad).abs().max().item()
             print(f"training {dtype} {reduction}: grad err {gerr:.2e}", flush=True)
+            with torch.no_grad():  # affine gaps (the inference forward's variant)
+                out = softsw.align(S.to(dtype).cuda(), -1.0, 1.0, gap_extend=-0.5,
+                                   lengths=lengths.cuda(), reduction=reduction)
+            ref = softsw.align(S.to(dtype).double(), -1.0, 1.0, gap_extend=-0.5,
+                               lengths=lengths, reduction=reduction)
+            err = ((out.double().cpu() - ref).abs() / ref.abs().clamp(min=1)).max().item()
+            print(f"affine inference {dtype} {reduction}: err {err:.2e}", flush=True)
+            gap = torch.full((3, 70, 45), -1.0, dtype=dtype)  # a gap tensor, one entry out of range
+            gap[2, 3, 10] = -60.0
+            x = S.to(dtype).cuda().requires_grad_(True)
+            score = softsw.align(x, gap.cuda(), 1.0, lengths=lengths.cuda(), reduction=reduction)
+            (grad,) = torch.autograd.grad(score.sum(), x)
+            xr = S.to(dtype).double().requires_grad_(True)
+            ref = softsw.align(xr, gap.double(), 1.0, lengths=lengths, reduction=reduction)
+            (ref_grad,) = torch.autograd.grad(ref.sum(), xr)
+            gerr = (grad.double().cpu() - ref_grad).abs().max().item()
+            print(f"gap tensor training {dtype} {reduction}: grad err {gerr:.2e}", flush=True)
     # HVPs (the staged reverse pass with TangentAdjointRow): both reductions,
     # a gap tensor (its second derivatives too), 2-byte scores, T = 0.
     for dtype, reduction, gap_tensor, temperature in (
