@@ -256,6 +256,23 @@ def test_more_accurate_than_the_log_domain(gen):
     assert err_prob <= err_log, (err_prob, err_log)
 
 
+
+def test_affine_more_accurate_than_the_log_domain(gen):
+    """Affine gaps: the probability-domain inference is at least as close to
+    float64 in float32 as the log domain, which runs the same problem when the
+    gaps come as (constant) tensors."""
+    B, M, N = 16, 256, 256
+    S = randn(gen, B, M, N).float()
+    ref = cpu_reference(S.double(), -1.0, 1.0, None, "soft", gap_extend=-0.5)
+    with torch.no_grad():
+        prob = softsw.align(S.cuda(), -1.0, 1.0, gap_extend=-0.5, reduction="soft")
+        full = dict(device="cuda", dtype=torch.float32)
+        log = softsw.align(S.cuda(), torch.full((B, M, N), -1.0, **full), 1.0,
+                           gap_extend=torch.full((B, M, N), -0.5, **full), reduction="soft")
+    err_prob = ((prob.cpu().double() - ref).abs() / ref.abs()).max().item()
+    err_log = ((log.cpu().double() - ref).abs() / ref.abs()).max().item()
+    assert err_prob <= err_log, (err_prob, err_log)
+
 # --------------------------------------------------------------------------
 # Training: the probability-domain forward keeps H for the backward
 # --------------------------------------------------------------------------
