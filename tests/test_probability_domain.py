@@ -532,11 +532,11 @@ def test_gap_tensor_in_range_matches_float64(gen, shape, dtype, reduction, train
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 130), (3, 1, 130), (3, 97, 1)], ids=lambda s: "x".join(map(str, s)))
 def test_gap_tensor_broadcast(gen, shape, training):
-    """Gap tensors broadcast along some dimensions (strides of 0) are read
-    per cell the same way."""
+    """Gap tensors that broadcast to (B, M, N) (strides of 0 in the kernel)
+    are read per cell the same way."""
     B, M, N = 3, 97, 130
     S = randn(gen, B, M, N)
-    gap = gap_tensor(gen, shape).expand(B, M, N) if len(shape) == 3 else gap_tensor(gen, shape)
+    gap = gap_tensor(gen, shape)
     for reduction in ("max", "soft"):
         check_gap_tensor(gen, S, gap, 1.0, None, reduction, torch.float32, training)
 
