@@ -100,6 +100,7 @@ template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 // on: one round trip.
 template <typename A, int N>
 struct ScaledEdge {
+  static constexpr int kValues = N;
   static constexpr int kValueWords = TaggedEdge<A>::kWords;
   static constexpr int kWords = N * kValueWords;
   using Words = TaggedWords<kWords>;
@@ -551,7 +552,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     auto put_columns = [&](int last, bool log_domain, A z_col, int o_col, A h_col, A y_col) {
       const int col = (last & ~(kWarp - 1)) + lane;
       if (col > last) return;
-      A v[AFFINE ? 4 : TANGENT ? 3 : 2];
+      A v[Edge::kValues];
       if (!log_domain) probability_to_scaled(z_col, o_col, v[0], v[1]);
       else log_to_scaled(h_col, v[0], v[1]);
       if constexpr (TANGENT) v[2] = log_domain ? y_col : y_col / z_col;
@@ -684,7 +685,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       __syncwarp();
       if (has_above && t0 < n) {
         const int col = t0 + lane;
-        A v[AFFINE ? 4 : TANGENT ? 3 : 2] = {A(1)};  // beyond the pair: the border's
+        A v[Edge::kValues] = {A(1)};  // beyond the pair: the border's
         if (col < n) Edge::get(edge_above + int64_t(col) * Edge::kWords, col, v, next_edge);
         if (col + kChunkSteps < n)
           next_edge = Edge::Words::load(edge_above + int64_t(col + kChunkSteps) * Edge::kWords);
