@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -102,6 +102,20 @@ for stage in "$@"; do
         (cd /tmp && timeout 150 python3 -m softsw.bench --methods softsw --no-latency \
           --shapes ${AFFINE_SHAPES:-1024x128x128,256x512x512,64x1024x1024} $kind) 2>&1 \
           | tail -12 | tee -a "$SUMMARY"
+      done ;;
+    switches)  # each probability-domain choice against its log-domain switch, one wheel, one run
+      SW="--methods softsw --no-latency --budget ${SWITCH_BUDGET:-0.3} --shapes ${SWITCH_SHAPES:-1024x128x128,256x512x512,64x1024x1024}"
+      for env in "" SOFTSW_PROBABILITY_TANGENT=0; do
+        (cd /tmp && env $env timeout 200 python3 -m softsw.bench $SW --mode hvp --reduction soft \
+          --shapes ${HVP_SHAPES:-64x256x256,16x1024x1024,256x512x512}) 2>&1 | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/hvp ${env:-default} /" | tee -a "$SUMMARY"
+      done
+      for env in "" SOFTSW_PROBABILITY_AFFINE=0; do
+        (cd /tmp && env $env timeout 200 python3 -m softsw.bench $SW --mode inference --affine) 2>&1 \
+          | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/affine ${env:-default} /" | tee -a "$SUMMARY"
+      done
+      for gt in "" --gap-tensor; do
+        (cd /tmp && timeout 200 python3 -m softsw.bench $SW --mode both $gt) 2>&1 \
+          | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/both ${gt:-constant} /" | tee -a "$SUMMARY"
       done ;;
     stalls)  # warp-state samples per source line and SASS instruction (dev/stall_ledger.py)
       for k in ${STALL_KERNELS:-probability_forward reverse_staged}; do
