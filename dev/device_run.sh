@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   hvpacc ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -103,6 +103,11 @@ for stage in "$@"; do
           --shapes ${AFFINE_SHAPES:-1024x128x128,256x512x512,64x1024x1024} $kind) 2>&1 \
           | tail -12 | tee -a "$SUMMARY"
       done ;;
+    hvpacc)  # the float32 HVP's error in units of the tests' tolerance, both tangent domains
+      for v in 1 0; do
+        (cd /tmp && SOFTSW_PROBABILITY_TANGENT=$v timeout 200 python3 $REPO/dev/hvp_accuracy.py \
+          --seeds ${HVPACC_SEEDS:-20}) 2>&1 | tee -a "$SUMMARY"
+      done ;;
     switches)  # each probability-domain choice against its log-domain switch, one wheel, one run
       SW="--methods softsw --no-latency --budget ${SWITCH_BUDGET:-0.3} --shapes ${SWITCH_SHAPES:-1024x128x128,256x512x512,64x1024x1024}"
       for env in "" SOFTSW_PROBABILITY_TANGENT=0; do
@@ -117,6 +122,15 @@ for stage in "$@"; do
         (cd /tmp && timeout 200 python3 -m softsw.bench $SW --mode both $gt) 2>&1 \
           | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/both ${gt:-constant} /" | tee -a "$SUMMARY"
       done ;;
+    ncustep)  # ncu of an inference forward and a training step (dev/ncu_step.py) at each shape
+      for shape in ${NCU_STEP_SHAPES:-256x512x512 8x4096x4096}; do
+        (cd /tmp && timeout 200 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+          --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+          -k regex:"probability|reverse|wavefront" python3 $REPO/dev/ncu_step.py $shape) > $OUT/ncustep_$shape.txt 2>&1
+        say "ncustep $shape:"
+        grep -E "Context 1|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp Per|Registers Per|Compute \(SM\) Throughput|No Eligible|Stall Long" \
+          $OUT/ncustep_$shape.txt | sed -E -e 's/^ +(void )?([A-Za-z_:]+)<(.{0,70}).*\) \(/ \2<\3...> (/' -e 's/  +/ /g' | head -45 | tee -a "$SUMMARY"
+      done ;;
     stalls)  # warp-state samples per source line and SASS instruction (dev/stall_ledger.py)
       for k in ${STALL_KERNELS:-probability_forward reverse_staged}; do
         (cd /tmp && timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats \
@@ -129,7 +143,7 @@ for stage in "$@"; do
         rm -f $OUT/stalls_$k.ncu-rep
       done ;;
     tests)
-      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" ${TEST_PATHS:-$REPO/tests}) > $OUT/pytest.log 2>&1
+      (cd /tmp && timeout ${TEST_TIMEOUT:-420} python3 -m pytest -q -rfE -n 16 -p no:cacheprovider --timeout=${TEST_CASE_TIMEOUT:-300} -m "${TEST_MARK:-not slow}" ${TEST_K:+-k "$TEST_K"} ${TEST_PATHS:-$REPO/tests}) > $OUT/pytest.log 2>&1
       say "tests: $(tail -1 $OUT/pytest.log)"; grep -E '^(FAILED|ERROR)' $OUT/pytest.log | head -20 ;;
   esac
 done

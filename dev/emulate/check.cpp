@@ -358,6 +358,12 @@ int main(int argc, char** argv) {
   // up to ~2^64 in a group of steps here): the tangent pass alone continues
   // in the log domain.
   cases.push_back({Dtype::Float32, 2, 70, 45, false, 1.0, Reduction::Soft, true, false, 4.0, 1e25});
+  // The tangent pass where some groups of steps overflow and others not
+  // (scores ~6 N(0, 1) at T = 1), and a huge direction, at the CUDA tests' shape.
+  for (int k = 0; k < (quick ? 1 : 3); ++k) {
+    cases.push_back({Dtype::Float32, 2, 70, 90, false, 1.0, Reduction::Soft, false, false, 6.0});
+    cases.push_back({Dtype::Float32, 2, 70, 90, false, 1.0, Reduction::Soft, false, false, 4.0, 1e25});
+  }
   int bad = 0;
   for (const Case& c : cases) bad += !check(c, rng);
   std::printf("%zu cases, %d bad\n", cases.size(), bad);
