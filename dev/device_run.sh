@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   hvpacc ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   hvpacc hvpprof ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -61,6 +61,9 @@ for stage in "$@"; do
     double)
       (cd /tmp && timeout 100 python3 $REPO/dev/check_double_backward.py --quick) > $OUT/double.log 2>&1
       say "double: $(tail -1 $OUT/double.log)"; grep -iE 'BAD|FAIL|Error' $OUT/double.log | head -5 ;;
+    hvpprof)  # kernel times of one HVP step, linear and affine
+      (cd /tmp && timeout 200 python3 $REPO/dev/time_hvp.py --profile \
+        --shapes ${HVP_SHAPES:-64x256x256,16x1024x1024,256x512x512}) 2>&1 | tee -a "$SUMMARY" ;;
     hvp)  # time a Hessian-vector product step, linear and affine
       (cd /tmp && timeout 90 python3 $REPO/dev/time_hvp.py) 2>&1 | tee -a "$SUMMARY" ;;
     double_affine)

@@ -113,12 +113,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
       }
     };
     A w0[R], w1[R], w2[R];  // H on anti-diagonals t, t-1, t-2
-    A d0[R], d1[R], d2[R];  // Hdot on anti-diagonals t, t-1, t-2 (TAN)
+    // Hdot on anti-diagonals t-1, t-2 (TAN; a cell's own is recomputed from
+    // its candidates': linear_weight_tangents).
+    A d1[R], d2[R];
     load_diagonal(hidden, steps - 1, w0);
     load_diagonal(hidden, steps - 2, w1);
     load_diagonal(hidden, steps - 3, w2);
     if constexpr (TAN) {
-      load_diagonal(hdot, steps - 1, d0);
       load_diagonal(hdot, steps - 2, d1);
       load_diagonal(hdot, steps - 3, d2);
     }
@@ -219,19 +220,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           const A w_g = Wg ? load_as<A>(Wg + e) : A(0);
           gg += w_s * n1[k] + w_g * (n2[k] + n3[k]);
           if constexpr (TAN) {
-            const A hd = d0[k];
             const A hd_up = k == 0 ? dup0 : d1[k - 1];
             const A hd_diag = k == 0 ? ddiag0 : d2[k - 1];
             const A hd_left = d1[k];
-            const A pd1 = p.p1 * (hd_diag + w_s - hd) * inv_t;
-            const A pd2 = p.p2 * (hd_up + w_g - hd) * inv_t;
-            const A pd3 = p.p3 * (hd_left + w_g - hd) * inv_t;
-            const A seed_d = soft_reduction ? seed * (hd - sdot) * inv_t : A(0);
+            const WeightTangents<A> pd =
+                linear_weight_tangents(p, hd_diag + w_s, hd_up + w_g, hd_left + w_g, inv_t);
+            const A seed_d = soft_reduction ? seed * (pd.hd - sdot) * inv_t : A(0);
             const A from_below_d = k == R - 1 ? down_d : q2[k + 1] + q1p[k + 1];
             const A Ed = seed_d + q3[k] + from_below_d;
-            nq1[k] = Ed * p.p1 + E * pd1;
-            nq2[k] = Ed * p.p2 + E * pd2;
-            nq3[k] = Ed * p.p3 + E * pd3;
+            nq1[k] = Ed * p.p1 + E * pd.pd1;
+            nq2[k] = Ed * p.p2 + E * pd.pd2;
+            nq3[k] = Ed * p.p3 + E * pd.pd3;
             a.grad_scores[pair_offset + e] = store_as<T>(nq1[k] * g_out);
             if (a.grad_open) a.grad_open[pair_offset + e] = store_as<T>((nq2[k] + nq3[k]) * g_out);
           }
@@ -262,7 +261,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
           q1[k] = nq1[k];
           q2[k] = nq2[k];
           q3[k] = nq3[k];
-          d0[k] = d1[k];
           d1[k] = d2[k];
         }
       }
@@ -316,15 +314,13 @@ struct TangentAdjointRow {
     if constexpr (HARD) {
       return A(0);
     } else {
-      const A hd = h.here[1];
-      const A pd1 = p.p1 * (h.diag[1] + w_s - hd) * inv_t;
-      const A pd2 = p.p2 * (h.up[1] + w_g - hd) * inv_t;
-      const A pd3 = p.p3 * (h.left[1] + w_g - hd) * inv_t;
-      const A seed_d = SOFT ? seed * (hd - sdot) * inv_t : A(0);
+      const WeightTangents<A> pd =
+          linear_weight_tangents(p, h.diag[1] + w_s, h.up[1] + w_g, h.left[1] + w_g, inv_t);
+      const A seed_d = SOFT ? seed * (pd.hd - sdot) * inv_t : A(0);
       const A Ed = seed_d + take[0][1] + take[1][1];
-      give[0][1] = Ed * p.p1 + E * pd1;
-      give[1][1] = Ed * p.p2 + E * pd2;
-      give[2][1] = Ed * p.p3 + E * pd3;
+      give[0][1] = Ed * p.p1 + E * pd.pd1;
+      give[1][1] = Ed * p.p2 + E * pd.pd2;
+      give[2][1] = Ed * p.p3 + E * pd.pd3;
       if (GAP_TENSOR && a.grad_open) a.grad_open[e] = store_as<T>((give[1][1] + give[2][1]) * g_out);
       return give[0][1] * g_out;
     }

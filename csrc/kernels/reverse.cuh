@@ -192,6 +192,28 @@ __device__ __forceinline__ Weights<A> linear_adjoint(const ReverseStencil<A, P>&
   return p;
 }
 
+// The tangents of a linear cell's weights along the direction, pdot_k =
+// p_k (v_k - Hdot) / T, where v_k = Hdot of candidate k plus the direction
+// on its move (the score's for the diagonal, the gap's for up and left), and
+// the cell's own Hdot. That Hdot is taken as sum_k p_k v_k (the start term's
+// v is 0), its definition, from the weights this pass uses, not as the
+// tangent pass stored it: then sum_k pdot_k = 0 holds to rounding. A tangent
+// pass in the probability domain computes Hdot from Z, not from the stored H
+// these weights come from; in float32 at |H| ~ 1e3 the two weightings differ
+// by ~1e-4, and the differences v_k - Hdot would carry that into the HVP.
+template <typename A>
+struct WeightTangents {
+  A pd1, pd2, pd3, hd;  // pdot of diagonal, up, left; the cell's Hdot
+};
+
+template <typename A>
+__device__ __forceinline__ WeightTangents<A> linear_weight_tangents(const Weights<A>& p, A v_diag,
+                                                                  A v_up, A v_left, A inv_t) {
+  const A hd = p.p1 * v_diag + p.p2 * v_up + p.p3 * v_left;
+  return {p.p1 * (v_diag - hd) * inv_t, p.p2 * (v_up - hd) * inv_t,
+          p.p3 * (v_left - hd) * inv_t, hd};
+}
+
 // Bytes of shared memory of a block of reverse_staged with row type Row.
 template <typename T, typename A, typename Row>
 constexpr size_t staged_reverse_smem_bytes() {

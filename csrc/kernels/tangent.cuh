@@ -48,17 +48,29 @@ __global__ void __launch_bounds__(kSeedTangentThreads)
   const A* C = hidden + b * hidden_planes * plane;
   const A* Cd = hdot + b * hdot_planes * plane;
   const PairTotal<A> t = PairTotal<A>::load(total, b);
-  A acc = A(0);
-  for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads)
-    acc += t.seed(C[i]) * Cd[i];
-  static __shared__ A warps[kSeedTangentThreads / kWarp];
+  A acc = A(0), mass = A(0);
+  for (int64_t i = threadIdx.x; i < len.m * len.n; i += kSeedTangentThreads) {
+    const A seed = t.seed(C[i]);
+    acc += seed * Cd[i];
+    mass += seed;
+  }
+  static __shared__ A warps[2][kSeedTangentThreads / kWarp];
   acc = warp_sum(acc);
-  if ((threadIdx.x & (kWarp - 1)) == 0) warps[threadIdx.x / kWarp] = acc;
+  mass = warp_sum(mass);
+  if ((threadIdx.x & (kWarp - 1)) == 0) {
+    warps[0][threadIdx.x / kWarp] = acc;
+    warps[1][threadIdx.x / kWarp] = mass;
+  }
   __syncthreads();
   if (threadIdx.x < kWarp) {
-    A v = threadIdx.x < kSeedTangentThreads / kWarp ? warps[threadIdx.x] : A(0);
-    v = warp_sum(v);
-    if (threadIdx.x == 0) sdot[b] = v;
+    const bool mine = threadIdx.x < kSeedTangentThreads / kWarp;
+    const A v = warp_sum(mine ? warps[0][threadIdx.x] : A(0));
+    const A w = warp_sum(mine ? warps[1][threadIdx.x] : A(0));
+    // The seeds sum to 1, but only to the rounding of the stored H (~u |H|,
+    // 1e-4 in float32 at |H| ~ 1e3); dividing by their sum makes sdot their
+    // weighted mean exactly, so that the seeds' tangents seed (Hdot - sdot)
+    // sum to 0 as they should, whatever the size of Hdot.
+    if (threadIdx.x == 0) sdot[b] = w > A(0) ? v / w : v;
   }
 }
 
