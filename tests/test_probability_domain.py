@@ -405,15 +405,34 @@ def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda", v_scale=1.0):
     got, _ = first_and_second(S.to(device), -1.0, T, lens, reduction, w.to(device),
                               V.to(device), None, dtype)
     ref, _ = first_and_second(S.double(), -1.0, T, lengths, reduction, w, V, None, torch.float64)
+    # The CPU kernels in the same dtype on the same inputs: how far that dtype's
+    # rounding alone takes a correct implementation from float64 here.
+    own, _ = first_and_second(S, -1.0, T, lengths, reduction, w, V, None, dtype)
     finite = S.double()[torch.isfinite(S.double())]
     scale = finite.abs().max().item() if finite.numel() else 1.0
     names = ["d/dS", "hvp S", "<V, A>"]
     tols = [grad_tol(dtype, M, N, T, scale), hvp_tol(dtype, M, N, T, scale),
             grad_tol(dtype, M, N, T, scale)]
-    for name, a, e, tol in zip(names, got, ref, tols):
+    for name, a, e, c, tol in zip(names, got, ref, own, tols):
         assert a.device.type == torch.device(device).type and a.dtype == dtype
+        # The error model of grad_tol grows as sqrt(M + N) |S| / T; the state's
+        # rounding of H grows as |H| itself (~ (M + N) |S| / T at large
+        # scores), which the CPU kernels in this dtype miss by too. So the
+        # device may miss by the model's tolerance or by 4x what they miss by.
+        tol = max(tol, 4 * tolerance_used(c, e))
         assert_close(a, e, dtype, f"{name} (T={T}, {reduction})", tol=tol)
     return got
+
+
+def tolerance_used(actual, expected):
+    """The smallest tol for which assert_close(actual, expected, tol=tol) passes."""
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    both = torch.isfinite(a) & torch.isfinite(e)
+    if not both.any():
+        return 0.0
+    top = max(1.0, e[both].abs().max().item())
+    return ((a - e).abs() / (top + e.abs()))[both].max().item()
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
@@ -438,6 +457,16 @@ def test_hvp_temperatures_and_magnitudes(gen, T, magnitude, reduction):
     for dtype in (torch.float32, torch.float64):
         got = check_hvp(gen, S, T, None, reduction, dtype)
         assert all(torch.isfinite(g).all() for g in got)
+
+
+@pytest.mark.parametrize("reduction", ["max", "soft"])
+def test_hvp_large_scores_long_pair(gen, reduction):
+    """Scores 6 N(0, 1) at T = 1 over 140 x 180: |H| reaches ~1e3, where float32
+    stores H to ~1e-4 relative; the seeds' tangents and the weights' tangents
+    must still each sum to 0 (the kernels normalise both), else the HVP misses
+    by ~2e-4 of its largest entry here."""
+    S = randn(gen, 2, 140, 180, scale=6.0)
+    check_hvp(gen, S, 1.0, None, reduction, torch.float32)
 
 
 @pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
