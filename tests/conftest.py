@@ -177,6 +177,17 @@ def assert_close(actual, expected, dtype, what="", tol=None):
                                msg=lambda m: f"{what} (dtype {dtype}, tol {tol:g}): {m}")
 
 
+def tolerance_used(actual, expected):
+    """The smallest tol for which assert_close(actual, expected, tol=tol) passes
+    (over the entries finite on both sides)."""
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    both = torch.isfinite(a) & torch.isfinite(e)
+    if not both.any():
+        return 0.0
+    top = max(1.0, e[both].abs().max().item())
+    return ((a - e).abs() / (top + e.abs()))[both].max().item()
+
 def grads(out, inputs, weight=None, create_graph=False):
     """Gradients of sum(weight * out) with respect to `inputs` (None where unused)."""
     if weight is None:

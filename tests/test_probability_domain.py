@@ -20,7 +20,7 @@ import torch
 
 import softsw
 from conftest import (HAS_CUDA, assert_close, fill_padding, grad_tol, grads, hvp_tol, leaf,
-                      rand_lengths, randn, score_tol)
+                      rand_lengths, randn, score_tol, tolerance_used)
 from helpers import first_and_second
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")]
@@ -422,17 +422,6 @@ def check_hvp(gen, S, T, lengths, reduction, dtype, device="cuda", v_scale=1.0):
         tol = max(tol, 4 * tolerance_used(c, e))
         assert_close(a, e, dtype, f"{name} (T={T}, {reduction})", tol=tol)
     return got
-
-
-def tolerance_used(actual, expected):
-    """The smallest tol for which assert_close(actual, expected, tol=tol) passes."""
-    a = actual.detach().double().cpu()
-    e = expected.detach().double().cpu()
-    both = torch.isfinite(a) & torch.isfinite(e)
-    if not both.any():
-        return 0.0
-    top = max(1.0, e[both].abs().max().item())
-    return ((a - e).abs() / (top + e.abs()))[both].max().item()
 
 
 @pytest.mark.parametrize("reduction", ["max", "soft"])
