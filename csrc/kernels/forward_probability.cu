@@ -187,10 +187,18 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   using LogCell = LinearCell<A, false>;
   using LogAffine = AffineCell<A, false>;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
-  // The scores' staging (all warps), then (TANGENT) the direction's.
+  // The scores' staging (all warps), then a second input's: (TANGENT) the
+  // direction's, or (GAP_TENSOR) the gap tensor's when its columns are
+  // contiguous (any batch and row strides: a (B, 1, N) broadcast stages one
+  // row for every row); a gap tensor with other column strides is read cell
+  // by cell.
+  static_assert(!(TANGENT && GAP_TENSOR), "one second input");
   T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, R>;
   T* const dir_stage = stage + kWarpsPerBlock * kStageElements<T, R>;
   const bool has_dir = TANGENT && a.dir_scores != nullptr;
+  const bool staged_gap = GAP_TENSOR && a.open.s2 == 1;
+  const T* const gap_end =  // one past the gap tensor's last element
+      staged_gap ? a.open.data + (a.batch - 1) * a.open.s0 + (a.rows - 1) * a.open.s1 + a.cols : nullptr;
   const int lane = threadIdx.x & (kWarp - 1);
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const int64_t plane = a.rows * a.cols;
@@ -237,12 +245,16 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     // ---- staging: chunk q into slot q & 1, row lR + k at [k][l]
     const T* const band_scores = a.scores + b * plane + int64_t(top) * a.cols;
     const T* const band_dir = has_dir ? a.dir_scores + b * plane + int64_t(top) * a.cols : nullptr;
+    const T* const band_gap = staged_gap ? a.open.data + b * a.open.s0 + int64_t(top) * a.open.s1 : nullptr;
     auto stage_chunk = [&](int q) {
       stage_parallelogram<T, R>(stage + (q & 1) * kSlot, band_scores, a.cols, q, rows_here, n,
                                 a.scores, a.scores_end, lane);
       if (has_dir)
         stage_parallelogram<T, R>(dir_stage + (q & 1) * kSlot, band_dir, a.cols, q, rows_here, n,
                                   a.dir_scores, a.dir_scores + (a.scores_end - a.scores), lane);
+      if (staged_gap)
+        stage_parallelogram<T, R>(dir_stage + (q & 1) * kSlot, band_gap, a.open.s1, q, rows_here, n,
+                                  a.open.data, gap_end, lane);
       copy_async_commit();  // one group for the chunk's inputs
     };
     // This lane's row k of a slot, from its first element (and of the direction's).
@@ -252,7 +264,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     for (int k = 0; k < R; ++k) {
       srow[k] = stage + (k * kWarp + lane) * kPitch + parallelogram_offset(band_scores, a.cols, r0 + k);
       drow[k] = dir_stage + (k * kWarp + lane) * kPitch +
-                (has_dir ? parallelogram_offset(band_dir, a.cols, r0 + k) : 0);
+                (has_dir      ? parallelogram_offset(band_dir, a.cols, r0 + k)
+                 : staged_gap ? parallelogram_offset(band_gap, a.open.s1, r0 + k)
+                              : 0);
     }
     // TANGENT: row k's direction at step x of a slot (caller units).
     auto direction = [&](int k, int slot, int x) {
@@ -365,11 +379,14 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     auto inside = [&](int t, int k) {
       return row_ok[k] && static_cast<unsigned>(t - r0 - k) < static_cast<unsigned>(n);
     };
-    // GAP_TENSOR: row k's gap at step t (kernel units; 0 outside the pair,
-    // where nothing is read), and whether every gap of the group so far is
-    // within ProbabilityRange's bound (else the group goes to the log domain).
-    auto cell_gap = [&](int t, int k, bool in) {
-      return in ? a.open.template at<true>(b, top + r0 + k, t - r0 - k) : A(0);
+    // GAP_TENSOR: row k's gap at step t, column x of a slot (kernel units; 0
+    // outside the pair, where nothing is read), and whether every gap of the
+    // group so far is within ProbabilityRange's bound (else the group goes to
+    // the log domain).
+    auto cell_gap = [&](int t, int k, bool in, int slot, int x) {
+      if (!in) return A(0);
+      if (staged_gap) return scaled(to_acc<A>(drow[k][slot + x]), a.open.scale);
+      return a.open.template at<true>(b, top + r0 + k, t - r0 - k);
     };
     bool gaps_in_range = true;
     // With state: a cell's H to `hidden`, and to the argmax ("max"). Step t
@@ -418,7 +435,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
         }
         A cg = c;  // the cell's gap weight
         if constexpr (GAP_TENSOR) {
-          const A g = cell_gap(t, k, in);
+          const A g = cell_gap(t, k, in, slot, x);
           gaps_in_range &= g >= -kMaxGap && g <= kMaxGap;  // false for NaN
           cg = exp2_acc(g);
         }
@@ -503,7 +520,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
           }
           return;
         }
-        const A g = GAP_TENSOR ? cell_gap(t, k, in) : a.gap;
+        const A g = GAP_TENSOR ? cell_gap(t, k, in, slot, x) : a.gap;
         const A vd = hdiag[k] + sk, vu = up + g, vl = h[k] + g;
         const A hn = LogCell::value(vd, vu, vl);
         if constexpr (TANGENT) {
@@ -784,7 +801,7 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
     if (p.gap_open.data) {  // one row per lane (rows_per_thread)
       auto with_gap_tensor = [&](auto soft, auto state) {
         launch_persistent<probability_forward<T, A, 1, soft(), state(), false, false, true>>(
-            args, s, "probability_forward (gap tensor)", staging_smem_bytes<T, 1>());
+            args, s, "probability_forward (gap tensor)", 2 * staging_smem_bytes<T, 1>());
       };
       auto with_state = [&](auto soft) {
         if (args.hidden) with_gap_tensor(soft, std::true_type{});

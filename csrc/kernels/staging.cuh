@@ -73,7 +73,7 @@ __device__ __forceinline__ int parallelogram_offset(const T* band, int64_t cols,
 }
 
 // Issues the copy of chunk q of a band (rows 0 .. rows - 1 of `band`, a pair
-// of n columns, `cols` apart) into `slot`. The caller commits the group (one
+// of n columns, `cols` apart, 0 for one row broadcast to all) into `slot`. The caller commits the group (one
 // for all the inputs of a chunk, so that a wait counts chunks, not inputs).
 // [begin, end) is the whole tensor: 2-byte copies never read past it.
 template <typename T, int R>
@@ -101,7 +101,8 @@ __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int6
     // past the tensor only in a chunk whose last row's words reach its end:
     // only such a chunk checks.
     constexpr int kWords = kWarp / 2 + 1;
-    const bool near_end = src + int64_t(rows - 1) * (cols - 1) + 2 * (kWords - 1) + 2 > end;
+    const int64_t last_row = cols >= 1 ? int64_t(rows - 1) * (cols - 1) : 0;  // the farthest row's start
+    const bool near_end = src + last_row + 2 * (kWords - 1) + 2 > end;
     // This lane's first word: row lane / 17, word lane % 17; each turn moves
     // it 32 words on: 15 words along, or 2 back on the row after next.
     int r = lane / kWords, j = lane % kWords;

@@ -64,6 +64,7 @@ struct Case {
   double score_scale;
   double dir_scale = 1.0;  // of the double backward's direction on the scores
   bool far_gaps = false;   // two gap-tensor entries far outside the probability domain's range
+  int gap_layout = 0;      // gap tensor strides: 0 dense, 1 one row for all (B, 1, N), 2 (B, M, 1)
 };
 
 std::string describe(const Case& c) {
@@ -71,7 +72,8 @@ std::string describe(const Case& c) {
   std::snprintf(s, sizeof s, "%s %" PRId64 "x%" PRId64 "x%" PRId64 " %s T=%g %s%s%s scale=%g%s",
                 dtype_name(c.dtype), c.B, c.M, c.N, c.affine ? "affine" : "linear", c.T,
                 c.reduction == Reduction::Soft ? "soft" : "max", c.lengths ? " lengths" : "",
-                c.gap_tensor ? (c.far_gaps ? " gap-tensor(far)" : " gap-tensor") : "", c.score_scale,
+                c.gap_tensor ? (c.far_gaps ? " gap-tensor(far)" : c.gap_layout == 1 ? " gap-tensor(B,1,N)"
+                                : c.gap_layout == 2 ? " gap-tensor(B,M,1)" : " gap-tensor") : "", c.score_scale,
                 c.dir_scale != 1.0 ? " huge-direction" : "");
   return s;
 }
@@ -111,8 +113,8 @@ Problem problem_of(const Case& c, Inputs& in) {
   if (c.gap_tensor) {
     p.gap_open.data = in.open.data();
     p.gap_open.stride[0] = c.M * c.N;
-    p.gap_open.stride[1] = c.N;
-    p.gap_open.stride[2] = 1;
+    p.gap_open.stride[1] = c.gap_layout == 1 ? 0 : c.gap_layout == 2 ? 1 : c.N;
+    p.gap_open.stride[2] = c.gap_layout == 2 ? 0 : 1;
     if (c.affine) {
       p.gap_extend.data = in.extend.data();
       p.gap_extend.stride[0] = c.M * c.N;
@@ -354,6 +356,14 @@ int main(int argc, char** argv) {
   for (Reduction r : {Reduction::Soft, Reduction::Max})
     for (Dtype d : {Dtype::Float32, Dtype::Float64})
       cases.push_back({d, 2, 70, 45, false, 1.0, r, false, true, 1.0, 1.0, true});
+  // Gap tensors broadcast along columns (one row for every row: staged like
+  // a dense one) and along rows (column stride 0: read cell by cell).
+  for (int layout : {1, 2})
+    for (Dtype d : {Dtype::Float32, Dtype::BFloat16, Dtype::Float64}) {
+      Case c{d, 2, 70, 45, false, 1.0, Reduction::Soft, true, true, 1.0};
+      c.gap_layout = layout;
+      cases.push_back(c);
+    }
   // A direction so large that Y = Z Hdot overflows where Z does not (Z grows
   // up to ~2^64 in a group of steps here): the tangent pass alone continues
   // in the log domain.
