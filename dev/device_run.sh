@@ -121,8 +121,8 @@ for stage in "$@"; do
         (cd /tmp && env $env timeout 200 python3 -m softsw.bench $SW --mode inference --affine) 2>&1 \
           | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/affine ${env:-default} /" | tee -a "$SUMMARY"
       done
-      for gt in "" --gap-tensor; do
-        (cd /tmp && timeout 200 python3 -m softsw.bench $SW --mode both $gt) 2>&1 \
+      for gt in "" --gap-tensor "--gap-tensor SOFTSW_STAGED_GAP=0"; do
+        (cd /tmp && env ${gt#--gap-tensor} timeout 200 python3 -m softsw.bench $SW --mode both ${gt%% *}) 2>&1 \
           | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/both ${gt:-constant} /" | tee -a "$SUMMARY"
       done ;;
     ncustep)  # ncu of an inference forward and a training step (dev/ncu_step.py) at each shape
