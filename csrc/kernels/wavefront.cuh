@@ -286,7 +286,7 @@ inline int rows_per_thread(const Problem& p) {
   // probability domain runs one row with state (every pass over the state
   // follows its band layout) and probability_inference_rows without.
   if (runs_probability_forward(p))
-    return p.keeps_state || p.affine || p.has_gap_tensor() ? 1 : probability_inference_rows(p);
+    return p.keeps_state || p.has_gap_tensor() ? 1 : probability_inference_rows(p);
   if (!p.keeps_state) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;
