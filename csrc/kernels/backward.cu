@@ -304,8 +304,10 @@ template <typename A, bool HARD>
 struct AdjointRow {
   static constexpr bool kHard = HARD;
   static constexpr int kValues = 1, kPlanes = 1, kStaged = 1;
-  // Registers for 6 blocks an SM (3 in double), as the shared memory allows.
+  // Registers for 6 blocks an SM (3 in double), as the shared memory allows
+  // (a staged gap tensor's second staging buffer leaves room for 3).
   static constexpr int kMinBlocks = sizeof(A) == 8 ? 3 : 6;
+  static constexpr bool kStagesGap = true;
   A g_out;
   template <typename T>
   __device__ AdjointRow(const ReverseArgs<T, A>& a, int64_t b)
@@ -313,13 +315,11 @@ struct AdjointRow {
   template <typename T> __device__ void empty(const ReverseArgs<T, A>&, int64_t, int) {}
   template <typename T> __device__ void finish(const ReverseArgs<T, A>&, int64_t, int64_t, int64_t, int64_t) {}
   template <bool SOFT, bool GAP_TENSOR, typename T>
-  __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c, const ReverseStencil<A, 1>& h,
-                    const A (&in)[1], A g, A seed, const A (&take)[2][1], A (&give)[3][1]) {
+  __device__ CellResult<A> cell(const ReverseArgs<T, A>&, int64_t, int, int, const ReverseStencil<A, 1>& h,
+                                const A (&in)[1], A g, A seed, const A (&take)[2][1], A (&give)[3][1]) {
     A E;
     linear_adjoint<A, HARD>(h, in[0], g, seed, take, give, E);
-    if (GAP_TENSOR && a.grad_open)
-      a.grad_open[(b * a.rows + r) * a.cols + c] = store_as<T>((give[1][0] + give[2][0]) * g_out);
-    return give[0][0] * g_out;
+    return {give[0][0] * g_out, (give[1][0] + give[2][0]) * g_out};
   }
 };
 

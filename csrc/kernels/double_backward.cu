@@ -285,6 +285,9 @@ struct TangentAdjointRow {
   // Twice the backward's shared memory (two inputs, two rings): 3 blocks an
   // SM in float, 1 in double.
   static constexpr int kMinBlocks = sizeof(A) == 8 ? 1 : 3;
+  // A gap tensor is read cell by cell (a third staging buffer would leave
+  // room for 2 blocks an SM), as is the direction on it.
+  static constexpr bool kStagesGap = false;
   A g_out, sdot, inv_t;
   A share = A(0);  // this lane's part of the band's <W, A>
   template <typename T>
@@ -302,9 +305,9 @@ struct TangentAdjointRow {
     merge_band_shares(a.ws, unit_id, band, last, share, b, a.grad_grad_score);
   }
   template <bool SOFT, bool GAP_TENSOR, typename T>
-  __device__ A cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c,
-                    const ReverseStencil<A, kPlanes>& h, const A (&in)[2], A g, A seed,
-                    const A (&take)[2][kValues], A (&give)[3][kValues]) {
+  __device__ CellResult<A> cell(const ReverseArgs<T, A>& a, int64_t b, int r, int c,
+                                const ReverseStencil<A, kPlanes>& h, const A (&in)[2], A g, A seed,
+                                const A (&take)[2][kValues], A (&give)[3][kValues]) {
     A E;
     const Weights<A> p = linear_adjoint<A, HARD>(h, in[0], g, seed, take, give, E);
     const int64_t e = (b * a.rows + r) * a.cols + c;
@@ -312,7 +315,7 @@ struct TangentAdjointRow {
     const A w_g = GAP_TENSOR && a.dir_open ? load_as<A>(a.dir_open + e) : A(0);
     share += w_s * give[0][0] + w_g * (give[1][0] + give[2][0]);
     if constexpr (HARD) {
-      return A(0);
+      return {A(0), A(0)};
     } else {
       const WeightTangents<A> pd =
           linear_weight_tangents(p, h.diag[1] + w_s, h.up[1] + w_g, h.left[1] + w_g, inv_t);
@@ -321,8 +324,7 @@ struct TangentAdjointRow {
       give[0][1] = Ed * p.p1 + E * pd.pd1;
       give[1][1] = Ed * p.p2 + E * pd.pd2;
       give[2][1] = Ed * p.p3 + E * pd.pd3;
-      if (GAP_TENSOR && a.grad_open) a.grad_open[e] = store_as<T>((give[1][1] + give[2][1]) * g_out);
-      return give[0][1] * g_out;
+      return {give[0][1] * g_out, (give[1][1] + give[2][1]) * g_out};
     }
   }
 };

@@ -81,7 +81,7 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
   T* score = nullptr;
   A* hidden = nullptr;  // with state: H of every cell (wavefront.cuh's band layout); tangent: Hdot
   const T* dir_scores = nullptr;  // tangent: the direction on the scores, or nullptr (zero)
-  bool stage_gap = true;  // gap tensor with contiguous columns: staged (else read cell by cell)
+  bool stage_gap = false;  // GAP_TENSOR: staged (its columns contiguous), else read cell by cell
   int64_t* argmax = nullptr;
   A* total = nullptr;
 };
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   T* const stage = reinterpret_cast<T*>(stage_bytes) + (threadIdx.x / kWarp) * kStageElements<T, R>;
   T* const dir_stage = stage + kWarpsPerBlock * kStageElements<T, R>;
   const bool has_dir = TANGENT && a.dir_scores != nullptr;
-  const bool staged_gap = GAP_TENSOR && a.stage_gap && a.open.s2 == 1;
+  const bool staged_gap = GAP_TENSOR && a.stage_gap;
   const T* const gap_end =  // one past the gap tensor's last element
       staged_gap ? a.open.data + (a.batch - 1) * a.open.s0 + (a.rows - 1) * a.open.s1 + a.cols : nullptr;
   const int lane = threadIdx.x & (kWarp - 1);
@@ -801,14 +801,10 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
     if (p.gap_open.data) {  // one row per lane (rows_per_thread)
-      // SOFTSW_STAGED_GAP=0 reads every gap tensor cell by cell: for
-      // benchmarks of the staging in one build, and the emulation's check of
-      // the unstaged reads of contiguous tensors.
-      static const bool kStageGap = !env_is_zero("SOFTSW_STAGED_GAP");
-      args.stage_gap = kStageGap;
+      args.stage_gap = args.open.s2 == 1 && stages_gap_tensors();
       auto with_gap_tensor = [&](auto soft, auto state) {
         launch_persistent<probability_forward<T, A, 1, soft(), state(), false, false, true>>(
-            args, s, "probability_forward (gap tensor)", 2 * staging_smem_bytes<T, 1>());
+            args, s, "probability_forward (gap tensor)", (args.stage_gap ? 2 : 1) * staging_smem_bytes<T, 1>());
       };
       auto with_state = [&](auto soft) {
         if (args.hidden) with_gap_tensor(soft, std::true_type{});

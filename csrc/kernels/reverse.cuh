@@ -26,6 +26,9 @@ struct ReverseArgs : WavefrontArgs<T, A> {
   T* grad_scores;
   T* grad_open = nullptr;
   T* grad_extend = nullptr;
+  // reverse_staged: the gap tensor (open) comes through shared memory, and
+  // its gradient leaves through the same slot (launch_reverse_staged sets it).
+  bool stage_gap = false;
   // The double backward's reverse pass only: the direction W (B, M, N)
   // contiguous, each nullptr for zero; the tangent pass's state (hdot,
   // hidden's layout) and soft-seed tangent (sdot, (B,), caller units); 1 / T
@@ -145,8 +148,9 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 // the seed and what its readers handed it (`take`: the cell to its right's
 // share, the row below's; one per carried value, Row::kValues), and returns
 // what it hands the three cells it read (`give`: diagonal, up, left) and its
-// result for the slot. A row object lives for one band: it may hold per-pair
-// values and sums (Row::finish).
+// results (CellResult): for the scores' slot, and with gap tensors for the
+// gap's output. A row object lives for one band: it may hold per-pair values
+// and sums (Row::finish).
 //
 // The scores (and W) reach the warp through shared memory a chunk of 32 steps
 // ahead (staging.cuh): each step leaves its result in the slot over the score
@@ -214,10 +218,19 @@ __device__ __forceinline__ WeightTangents<A> linear_weight_tangents(const Weight
           p.p3 * (v_left - hd) * inv_t, hd};
 }
 
-// Bytes of shared memory of a block of reverse_staged with row type Row.
+// What a reverse cell computes for its outputs: the derivative for the
+// scores' output (written over the score in its slot), and with gap tensors
+// the one for the gap's output.
+template <typename A>
+struct CellResult {
+  A scores, gap;
+};
+
+// Bytes of shared memory of a block of reverse_staged with row type Row, and
+// (stage_gap) a staged gap tensor.
 template <typename T, typename A, typename Row>
-constexpr size_t staged_reverse_smem_bytes() {
-  return Row::kStaged * staging_smem_bytes<T, 1>() +
+constexpr size_t staged_reverse_smem_bytes(bool stage_gap) {
+  return (Row::kStaged + (stage_gap ? 1 : 0)) * staging_smem_bytes<T, 1>() +
          size_t(kWarpsPerBlock) * Row::kPlanes * kHiddenRing * kWarp * sizeof(A);
 }
 
@@ -227,8 +240,14 @@ constexpr size_t staged_reverse_smem_bytes() {
 template <typename T, bool GAP_TENSOR>
 constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
 
+// Blocks an SM reverse_staged's registers are held to: the row's, at most 3
+// where a gap tensor may be staged (its staging buffer leaves room for 3 in
+// float).
+template <typename Row, bool GAP_TENSOR>
+constexpr int kReverseMinBlocks = GAP_TENSOR && Row::kStagesGap && Row::kMinBlocks > 3 ? 3 : Row::kMinBlocks;
+
 template <typename T, typename A, typename Row, bool SOFT, bool GAP_TENSOR>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, GAP_TENSOR>)
     reverse_staged(const ReverseArgs<T, A> a) {
   static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
   constexpr int kBandRows = kWarp;
@@ -241,15 +260,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
   using Edge = TaggedEdge<A>;
   using EdgeWords = TaggedWords<V * Edge::kWords>;
   constexpr int kColumnWords = V * Edge::kWords;
-  // Shared memory: input i's staging (all warps), then the warps' rings.
+  // GAP_TENSOR, a.stage_gap (the columns contiguous; any batch and row
+  // strides): the gap tensor is staged as the inputs are, after them.
+  const bool staged_gap = GAP_TENSOR && a.stage_gap;
+  const int buffers = I + (staged_gap ? 1 : 0);
+  // Shared memory: input i's staging (all warps), the gap's, then the warps' rings.
   extern __shared__ __align__(16) unsigned char stage_bytes[];
   T* stage[I];
 #pragma unroll
   for (int i = 0; i < I; ++i)
     stage[i] = reinterpret_cast<T*>(stage_bytes + i * staging_smem_bytes<T, 1>()) +
                warp * kStageElements<T, 1>;
+  T* const gap_stage = reinterpret_cast<T*>(stage_bytes + I * staging_smem_bytes<T, 1>()) +
+                       warp * kStageElements<T, 1>;
+  const T* const gap_end =  // one past the gap tensor's last element
+      staged_gap ? a.open.data + (a.batch - 1) * a.open.s0 + (a.rows - 1) * a.open.s1 + a.cols : nullptr;
   // This warp's ring of plane p: anti-diagonal t at (t mod 8) * 32, lane l's row at + l.
-  A* const rings = reinterpret_cast<A*>(stage_bytes + I * staging_smem_bytes<T, 1>()) +
+  A* const rings = reinterpret_cast<A*>(stage_bytes + buffers * staging_smem_bytes<T, 1>()) +
                    warp * P * kHiddenRing * kWarp;
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const A* planes[P];  // plane p of every pair
@@ -309,6 +336,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
       srow[i] = stage[i] + lane * kPitch +
                 (staged[i] ? parallelogram_offset(inputs[i] + band_offset, a.cols, lane) : 0);
     }
+    // The staged gap: the band's first row (row stride a.open.s1, 0 for one
+    // row broadcast to all), this lane's row of the first slot.
+    const T* const band_gap = staged_gap ? a.open.data + b * a.open.s0 + int64_t(top) * a.open.s1 : nullptr;
+    T* const gap_row = gap_stage + lane * kPitch + (staged_gap ? parallelogram_offset(band_gap, a.open.s1, lane) : 0);
     const int steps = n + rows_here - 1;
     const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
 
@@ -369,12 +400,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
     EdgeWords below_next;  // ... this lane's next group's, loaded ahead (or none yet)
     EdgeChunk<A, V> to_above;  // the band's top row's contributions, for the band above
 
-    // One reverse step on this lane's cell (r, t - lane) with inputs `in`
-    // (x = t mod 32, a constant in the unrolled chunks); returns the cell's
-    // result for the slot. Conditions on the step's place in its chunk use x:
-    // constants in the unrolled chunks. Lane 31's column c_last = t - 31 has
-    // c_last mod 32 = (x + 1) mod 32.
-    auto step = [&](const int t, const int x, const A (&in)[I], const bool checked) {
+    // One reverse step on this lane's cell (r, t - lane) with inputs `in` and
+    // (staged_gap) the staged gap `gap` (x = t mod 32, a constant in the
+    // unrolled chunks); returns the cell's results (a gap tensor's gradient
+    // already written when it is not staged). Conditions on the step's place
+    // in its chunk use x: constants in the unrolled chunks. Lane 31's column
+    // c_last = t - 31 has c_last mod 32 = (x + 1) mod 32.
+    auto step = [&](const int t, const int x, const A (&in)[I], const A gap, const bool checked) {
       const int c_last = t - (kBandRows - 1);
       const int x_last = (x + 1) & (kWarp - 1);
       // A group of the band below's contributions (kEdgeGroup columns, the
@@ -421,13 +453,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
 
       const int c = t - lane;
       A give[3][V] = {};
-      A result = A(0);
+      CellResult<A> result{A(0), A(0)};
       if (!checked || (c >= 0 && c < n && row_ok)) {
-        const A g = a.open.template at<GAP_TENSOR>(b, r, c);
+        const A g = staged_gap ? gap : a.open.template at<GAP_TENSOR>(b, r, c);
         A seed;
         if constexpr (SOFT) seed = total.seed(h.here[0]);
         else seed = t == target_t ? A(1) : A(0);
         result = row.template cell<SOFT, GAP_TENSOR>(a, b, r, c, h, in, g, seed, take, give);
+        if (GAP_TENSOR && a.grad_open && !staged_gap)
+          a.grad_open[pair_offset + int64_t(r) * a.cols + c] = store_as<T>(result.gap);
       }
       // Lane 0's row is the band's top row: hand its contributions up.
       if (has_above) {
@@ -476,9 +510,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
             in[0] = scaled(to_acc<A>(srow[0][slot + x]), a.scale);
 #pragma unroll
             for (int i = 1; i < I; ++i) in[i] = staged[i] ? to_acc<A>(srow[i][slot + x]) : A(0);
-            const A result = step(t, x, in, kChecked);
+            const A gap = staged_gap ? scaled(to_acc<A>(gap_row[slot + x]), a.open.scale) : A(0);
+            const CellResult<A> result = step(t, x, in, gap, kChecked);
             const int c = t - lane;
-            if (!kChecked || (c >= 0 && c < n && row_ok)) srow[0][slot + x] = store_as<T>(result);
+            if (!kChecked || (c >= 0 && c < n && row_ok)) {
+              srow[0][slot + x] = store_as<T>(result.scores);
+              if (staged_gap) gap_row[slot + x] = store_as<T>(result.gap);
+            }
           }
           load_ring(t, x, checked);
         }
@@ -491,6 +529,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
         if (staged[i])
           stage_parallelogram<T, 1>(stage[i] + (q & 1) * kSlot, inputs[i] + band_offset, a.cols, q,
                                     rows_here, n, inputs[i], inputs_end[i], lane);
+      if (staged_gap)
+        stage_parallelogram<T, 1>(gap_stage + (q & 1) * kSlot, band_gap, a.open.s1, q, rows_here, n,
+                                  a.open.data, gap_end, lane);
       copy_async_commit();  // one group for the chunk's inputs
     };
     // The first two chunks' inputs, then the rings' first 8 anti-diagonals
@@ -521,6 +562,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
       flush_parallelogram(stage[0] + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
                           [&](int row_) { return parallelogram_offset(a.scores + band_offset, a.cols, row_); },
                           lane);
+      if (staged_gap && a.grad_open)
+        flush_parallelogram(gap_stage + (q & 1) * kSlot, a.grad_open + band_offset, a.cols, q, rows_here,
+                            n, [&](int row_) { return parallelogram_offset(band_gap, a.open.s1, row_); },
+                            lane);
       __syncwarp();  // the slot is free again
       if (q >= 2) stage_chunk(q - 2);
     }
@@ -532,11 +577,14 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, Row::kMinBlocks)
 
 // Launch reverse_staged with row type Row on `stream`: the soft reduction's
 // variant where the problem asks for it, except in hard mode, which seeds the
-// argmax alone.
+// argmax alone. A gap tensor with contiguous columns is staged where the row
+// allows it (Row::kStagesGap) and stages_gap_tensors() says so.
 template <typename T, typename A, typename Row, bool GAP_TENSOR>
-inline void launch_reverse_staged(const ReverseArgs<T, A>& k, cudaStream_t stream,
+inline void launch_reverse_staged(const ReverseArgs<T, A>& args, cudaStream_t stream,
                                   const char* name) {
-  constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>();
+  ReverseArgs<T, A> k = args;
+  k.stage_gap = GAP_TENSOR && Row::kStagesGap && k.open.data && k.open.s2 == 1 && stages_gap_tensors();
+  const size_t smem = staged_reverse_smem_bytes<T, A, Row>(k.stage_gap);
   if constexpr (!Row::kHard) {
     if (k.soft_reduction)
       return launch_persistent<reverse_staged<T, A, Row, true, GAP_TENSOR>>(k, stream, name, smem);

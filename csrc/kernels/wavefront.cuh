@@ -228,6 +228,16 @@ inline bool env_is_zero(const char* name) {
   return e && e[0] == '0' && e[1] == 0;
 }
 
+// Whether a gap tensor whose columns are contiguous is staged through shared
+// memory as the scores are (the probability-domain forward, the backward's
+// staged reverse pass), instead of read cell by cell. SOFTSW_STAGED_GAP=0
+// reads every gap tensor cell by cell: for benchmarks of the staging in one
+// build, and the emulation's check of the unstaged reads.
+inline bool stages_gap_tensors() {
+  static const bool on = !env_is_zero("SOFTSW_STAGED_GAP");
+  return on;
+}
+
 // Whether the forward runs in the probability domain (forward_probability.cu):
 // T > 0; linear gaps, constant within ProbabilityRange's bound (in kernel
 // units, as gap_reader computes it) or a tensor (the kernel holds each cell's
