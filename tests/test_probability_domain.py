@@ -560,6 +560,23 @@ def test_gap_tensor_broadcast(gen, shape, training):
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 97, 130), (3, 1, 130), (1, 130)], ids=lambda s: "x".join(map(str, s)))
+def test_gap_tensor_half_types(gen, dtype, shape, training):
+    """2-byte gap tensors, dense or one row broadcast to every row, with
+    padding: the forward and the backward stage them as the scores (2-byte
+    copies whose rows start at either half of a word, a row pitch of 0 for
+    the broadcast row), and the backward's gap gradient leaves through the
+    same slots."""
+    B, M, N = 3, 97, 130
+    S = randn(gen, B, M, N)
+    lengths = rand_lengths(gen, B, M, N)
+    for reduction in ("max", "soft"):
+        check_gap_tensor(gen, fill_padding(S, lengths, gen), gap_tensor(gen, shape), 1.0, lengths,
+                         reduction, dtype, training)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("where", ["first_band", "late_column", "last_row"])
 def test_gap_tensor_out_of_range_switches_mid_band(gen, where, training):
     """Gaps far out of the range rule (one very negative, one very positive)
