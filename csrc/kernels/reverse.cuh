@@ -152,7 +152,8 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 // gap's output. A row object lives for one band: it may hold per-pair values
 // and sums (Row::finish).
 //
-// The scores (and W) reach the warp through shared memory a chunk of 32 steps
+// The scores (W, and in the backward a gap tensor with contiguous columns)
+// reach the warp through shared memory a chunk of 32 steps
 // ahead (staging.cuh): each step leaves its result in the slot over the score
 // it read, and the finished chunk is stored a row at a time (coalesced). The
 // planes come from the forward's (tangent pass's) band layout (one coalesced
