@@ -801,10 +801,12 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
           args, s, "probability_forward", staging_smem_bytes<T, R>());
     };
     if (p.gap_open.data) {  // one row per lane (rows_per_thread)
+      // The second staging buffer at every launch (launch_persistent counts
+      // a kernel's blocks an SM once), staged into or not.
       args.stage_gap = args.open.s2 == 1 && stages_gap_tensors();
       auto with_gap_tensor = [&](auto soft, auto state) {
         launch_persistent<probability_forward<T, A, 1, soft(), state(), false, false, true>>(
-            args, s, "probability_forward (gap tensor)", (args.stage_gap ? 2 : 1) * staging_smem_bytes<T, 1>());
+            args, s, "probability_forward (gap tensor)", 2 * staging_smem_bytes<T, 1>());
       };
       auto with_state = [&](auto soft) {
         if (args.hidden) with_gap_tensor(soft, std::true_type{});

@@ -579,13 +579,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
 // Launch reverse_staged with row type Row on `stream`: the soft reduction's
 // variant where the problem asks for it, except in hard mode, which seeds the
 // argmax alone. A gap tensor with contiguous columns is staged where the row
-// allows it (Row::kStagesGap) and stages_gap_tensors() says so.
+// allows it (Row::kStagesGap) and stages_gap_tensors() says so. A kernel's
+// shared memory is the same at every launch (launch_persistent sets the limit
+// and counts the blocks an SM once a kernel): the gap's buffer whenever the
+// variant may stage it.
 template <typename T, typename A, typename Row, bool GAP_TENSOR>
 inline void launch_reverse_staged(const ReverseArgs<T, A>& args, cudaStream_t stream,
                                   const char* name) {
+  constexpr bool kMayStageGap = GAP_TENSOR && Row::kStagesGap;
   ReverseArgs<T, A> k = args;
-  k.stage_gap = GAP_TENSOR && Row::kStagesGap && k.open.data && k.open.s2 == 1 && stages_gap_tensors();
-  const size_t smem = staged_reverse_smem_bytes<T, A, Row>(k.stage_gap);
+  k.stage_gap = kMayStageGap && k.open.data && k.open.s2 == 1 && stages_gap_tensors();
+  constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>(kMayStageGap);
   if constexpr (!Row::kHard) {
     if (k.soft_reduction)
       return launch_persistent<reverse_staged<T, A, Row, true, GAP_TENSOR>>(k, stream, name, smem);
