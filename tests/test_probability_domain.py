@@ -14,6 +14,9 @@ same skeleton. Affine gaps (constant open and extend) run the inference
 forward on it too: the inference tests run both gap models (GAPS).
 """
 import math
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -574,6 +577,38 @@ def test_gap_tensor_half_types(gen, dtype, shape, training):
     for reduction in ("max", "soft"):
         check_gap_tensor(gen, fill_padding(S, lengths, gen), gap_tensor(gen, shape), 1.0, lengths,
                          reduction, dtype, training)
+
+
+# A gap tensor read cell by cell (column stride 0) first, then dense ones
+# (staged: more shared memory a block for the same kernels), in one fresh
+# process; each call's score and gradients against the float64 CPU kernel.
+LAYOUTS_IN_TURN = textwrap.dedent("""
+    import torch, softsw
+    gen = torch.Generator().manual_seed(5)
+    B, M, N = 3, 97, 130
+    for shape in [(B, M, 1), (B, M, N), (B, 1, N), (B, M, 1)]:
+        S = torch.randn(B, M, N, generator=gen, dtype=torch.float64)
+        gap = -1.0 + 0.3 * torch.randn(*shape, generator=gen, dtype=torch.float64)
+        for device, dtype in (("cpu", torch.float64), ("cuda", torch.float32)):
+            x = S.to(device, dtype).requires_grad_()
+            g = gap.to(device, dtype).requires_grad_()
+            out = softsw.align(x, g, 1.0, reduction="soft")
+            dx, dg = torch.autograd.grad(out.sum(), [x, g])
+            got = [t.detach().double().cpu() for t in (out, dx, dg)]
+            if device == "cpu":
+                want = got
+        for name, a, b in zip(("score", "d/dS", "d/dgap"), got, want):
+            err = ((a - b).abs().max() / b.abs().max()).item()
+            assert err < 1e-4, (shape, name, err)
+    print("OK")
+""")
+
+
+def test_gap_tensor_layouts_in_turn_in_one_process():
+    proc = subprocess.run([sys.executable, "-c", LAYOUTS_IN_TURN], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    assert proc.stdout.strip().endswith("OK")
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
