@@ -117,7 +117,7 @@ for stage in "$@"; do
         (cd /tmp && env $env timeout 200 python3 -m softsw.bench $SW --mode hvp --reduction soft \
           --shapes ${HVP_SHAPES:-64x256x256,16x1024x1024,256x512x512}) 2>&1 | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/hvp ${env:-default} /" | tee -a "$SUMMARY"
       done
-      for env in "" SOFTSW_PROBABILITY_ROWS=1 SOFTSW_PROBABILITY_AFFINE=0; do
+      for env in "" SOFTSW_PROBABILITY_AFFINE=0; do
         (cd /tmp && env $env timeout 200 python3 -m softsw.bench $SW --mode inference --affine) 2>&1 \
           | sed -n "/^shape/,/^bench:/p" | grep -v "^---" | sed "s/^/affine ${env:-default} /" | tee -a "$SUMMARY"
       done

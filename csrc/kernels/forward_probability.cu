@@ -22,7 +22,7 @@
 // is done.
 //
 // Scaling. Each row is kept as z = Z 2^-o with its own exponent o and brought
-// back to [1, 2) after every group of steps (kGroupSteps); a value from the
+// back to [1, 2) after every group of steps (kGroupSteps<R>); a value from the
 // row above is multiplied by f = 2^(o_above - o), recomputed then. The
 // reductions fold into log2 units (SoftTotal, the running max) at the same
 // time, before o changes.
@@ -90,9 +90,8 @@ struct ProbabilityForwardArgs : WavefrontArgs<T, A> {
 // groups. The check detects overflow, so the group's length is no part of
 // exactness (probability.h): a longer one only sends more high-scoring pairs
 // to the log domain. With several rows per lane 16 steps (half the check's
-// work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16,
-// as do the affine nodes at two rows.
-template <int R, bool AFFINE> constexpr int kGroupSteps = R > 1 && !AFFINE ? 16 : 8;
+// work a cell) measured 3-9 % faster than 8 on the H200; one row spills at 16.
+template <int R> constexpr int kGroupSteps = R > 1 ? 16 : 8;
 
 // A band edge: N tagged values of A a column. A value Z = m 2^e takes two:
 // the mantissa m in [1, 2) (or a non-finite m with e = 0 for an infinite or
@@ -177,7 +176,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
   constexpr A kMaxGap = A(ProbabilityRange<A>::kMaxLog2Weight);
   constexpr bool kReduces = !TANGENT;
   constexpr bool kStores = STATE || TANGENT;  // a value of every cell to `hidden`
-  constexpr int kGroup = kGroupSteps<R, AFFINE>;
+  constexpr int kGroup = kGroupSteps<R>;
   static_assert(kChunkSteps % kGroup == 0, "a chunk holds whole groups");
   constexpr int kBandRows = kWarp * R;
   constexpr int kPitch = kStagePitch<T>;
@@ -816,29 +815,23 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       else with_state(std::false_type{});
       return;
     }
-    // Inference: rows per lane as rows_per_thread says, one or two in float
-    // (linear or affine gaps), one in double; f(rows per lane).
-    auto inference_rows = [&](auto f) {
-      if constexpr (sizeof(A) == 4)
-        if (rows_per_thread(p) == 2) return f(std::integral_constant<int, 2>{});
-      f(std::integral_constant<int, 1>{});
-    };
-    if (p.affine) {  // inference (runs_probability_forward)
+    if (p.affine) {  // inference, one row per lane (runs_probability_forward, rows_per_thread)
       auto affine = [&](auto soft) {
-        inference_rows([&](auto rows_per_lane) {
-          constexpr int R = decltype(rows_per_lane)::value;
-          launch_persistent<probability_forward<T, A, R, soft(), false, false, true>>(
-              args, s, "probability_forward (affine)", staging_smem_bytes<T, R>());
-        });
+        launch_persistent<probability_forward<T, A, 1, soft(), false, false, true>>(
+            args, s, "probability_forward (affine)", staging_smem_bytes<T, 1>());
       };
       if (args.soft_reduction) affine(std::true_type{});
       else affine(std::false_type{});
       return;
     }
-    // With state: one row per lane (the backward passes read its band layout).
+    // Rows per lane as rows_per_thread says: one with state, and in double;
+    // one or two in float without.
     auto with_state = [&](auto soft) {
       if (args.hidden) return launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
-      inference_rows([&](auto rows_per_lane) { launch(rows_per_lane, soft, std::false_type{}); });
+      if constexpr (sizeof(A) == 4)
+        if (rows_per_thread(p) == 2)
+          return launch(std::integral_constant<int, 2>{}, soft, std::false_type{});
+      launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
     };
     if (args.soft_reduction) with_state(std::true_type{});
     else with_state(std::false_type{});

@@ -294,9 +294,13 @@ inline int rows_per_thread(const Problem& p) {
   // Measured on the H200: one row per lane (4x the warps) is faster for every
   // log-domain inference shape, linear or affine. A forward in the
   // probability domain runs one row with state (every pass over the state
-  // follows its band layout) and probability_inference_rows without.
+  // follows its band layout) and probability_inference_rows without. Affine
+  // gaps run one: their five nodes at two rows (162 registers, 3 blocks an SM)
+  // measured slower than one row (128, 4 blocks) on the H100 (fp32, 2026-12-07:
+  // 175 against 196 G cells/s at 256x512^2, 142 against 149 at 64x1024^2, the
+  // same at 1024x128^2).
   if (runs_probability_forward(p))
-    return p.keeps_state || p.has_gap_tensor() ? 1 : probability_inference_rows(p);
+    return p.keeps_state || p.affine || p.has_gap_tensor() ? 1 : probability_inference_rows(p);
   if (!p.keeps_state) return 1;
   if (p.affine) {
     if (p.rows <= 32) return 1;
