@@ -160,7 +160,8 @@ template <typename A> __device__ __forceinline__ int exponent_int(A e) {
 // for double, two rows or the tangent) share an SM: registers up to that
 // occupancy (5 for 2-byte scores, whose staging code needs more, and for a
 // training forward; 4 for the affine nodes, 2 in double, and 4 for a gap
-// tensor's loads and exp2).
+// tensor's loads and exp2, whose two staging buffers leave room for 3 blocks
+// in float).
 template <typename T, typename A, int R, bool SOFT, bool STATE, bool TANGENT, bool AFFINE = false,
           bool GAP_TENSOR = false>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
