@@ -1,6 +1,7 @@
-"""Whether wheel B's rows of dev/ab_bench.sh beat wheel A's: exit 0 when B's
-mean G cells/s over every (shape, mode) row is above A's by --margin (0.02).
-    python3 dev/ab_better.py ab.txt a c"""
+"""Whether wheel B's rows of dev/ab_bench.sh beat wheel A's: exit 0 when the
+mean over every (shape, mode) row of B's G cells/s over A's is above 1 +
+MARGIN (default 0.02).
+    python3 dev/ab_better.py ab.txt A B [MARGIN]"""
 import sys
 from collections import defaultdict
 path, a, b = sys.argv[1:4]
