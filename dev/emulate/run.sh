@@ -7,7 +7,8 @@
 # outside the buffers it was given stops the run with a report.
 # Objects go to $EMULATE_BUILD (build/emulate, or build/emulate-asan), each
 # rebuilt when its source or any kernel header is newer; EMULATE_JOBS
-# compilers at a time (2).
+# compilers at a time (2). EMULATE_ONLY=text runs only the cases whose
+# description contains it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 CXX=${CXX:-g++}
