@@ -379,14 +379,15 @@ int main(int argc, char** argv) {
   if (!quick)
     for (int k = 0; k < 3; ++k)
       cases.push_back({Dtype::Float32, 2, 140, 180, false, 1.0, Reduction::Soft, false, false, 6.0});
-  int bad = 0;
+  int bad = 0, ran = 0;
   // EMULATE_ONLY=text: only the cases whose description contains it (their
   // inputs then differ from a full run's: the generator is shared).
   const char* only = std::getenv("EMULATE_ONLY");
   for (const Case& c : cases) {
     if (only && describe(c).find(only) == std::string::npos) continue;
     bad += !check(c, rng);
+    ++ran;
   }
-  std::printf("%zu cases, %d bad\n", cases.size(), bad);
+  std::printf("%d cases, %d bad\n", ran, bad);
   return bad ? 1 : 0;
 }
