@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   hvpacc hvpprof ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   envab hvpacc hvpprof ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -93,6 +93,19 @@ for stage in "$@"; do
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
         --benchmarks-dir $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
+    envab)  # one wheel timed with the setting $ENVAB (e.g. SOFTSW_STATE_ROWS=1) and without, in
+            # turns ($ENVAB_ROUNDS rounds); then a training step pass by pass with each
+      AB="--methods softsw --no-latency --budget ${ENVAB_BUDGET:-0.25} --mode both --shapes ${ENVAB_SHAPES:-1024x128x128,128x900x900,256x512x512,64x1024x1024,8x4096x4096}"
+      for ((round = 0; round < ${ENVAB_ROUNDS:-2}; round++)); do
+        for env in "$ENVAB" ""; do
+          (cd /tmp && env $env timeout 200 python3 -m softsw.bench $AB) 2>&1 | sed -n '/^shape/,/^bench:/p' \
+            | grep -E 'softsw' | sed "s/^/${env:-default} /" | tee -a "$SUMMARY"
+        done
+      done
+      for env in "$ENVAB" ""; do
+        (cd /tmp && env $env timeout 200 python3 $REPO/dev/probe_training.py --reduction ${ENVAB_REDUCTION:-soft} \
+          --shapes ${ENVAB_PTRAIN_SHAPES:-1024x128x128,256x512x512,8x4096x4096}) 2>&1 | sed "s/^/${env:-default} /" | tee -a "$SUMMARY"
+      done ;;
     rows)  # the probability-domain inference forward with one and two rows per lane
       for rows in 1 2; do
         (cd /tmp && SOFTSW_PROBABILITY_ROWS=$rows timeout 200 python3 -m softsw.bench --methods softsw \

@@ -13,8 +13,8 @@
 // row k. Several rows per lane mean fewer bands per pair (each band waits ~64
 // steps for the one above it), R independent cells per step, and the step's
 // per-lane work (shuffles, edges, the group check) shared by R cells:
-// rows_per_thread says which (a forward with state runs R = 1: the backward
-// passes read its band layout).
+// rows_per_thread says which (with state, probability_state_rows: the state
+// keeps the layout of 32-row bands whatever R is, see `keep` below).
 //
 // Staging. The scores reach the warp through shared memory a chunk of 32
 // steps ahead (staging.cuh): a step reads its score from a padded slot,
@@ -237,9 +237,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
     bool row_ok[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) row_ok[k] = r0 + k < rows_here;
-    // With state: this band's H (cell (r, c) at ((r + c) mod n) * rows_here + r)
-    // and each row's first cell in row-major order (the argmax index).
-    A* const band_hidden = kStores ? a.hidden + b * plane + int64_t(top) * n : nullptr;
+    // With state: H of this lane's rows, in the layout of 32-row bands
+    // (wavefront.cuh) whatever R is: the lane's rows lie in the 32-row band
+    // `sub` of this band (sub > 0 only for R > 1), whose cell (r, c) sits at
+    // ((r + c) mod n) * sub_rows + r, and whose anti-diagonal d is this
+    // band's step d + 32 sub. Each step's stores are then one contiguous run
+    // a 32-row band. And each row's first cell in row-major order (the argmax
+    // index).
+    const int sub_top = r0 / kWarp * kWarp;
+    const int sub_rows = rows_here - sub_top < kWarp ? rows_here - sub_top : kWarp;
+    A* const lane_hidden =
+        kStores ? a.hidden + b * plane + int64_t(top + sub_top) * n + (r0 - sub_top) : nullptr;
     int64_t row_index[R];
 #pragma unroll
     for (int k = 0; k < R; ++k) row_index[k] = int64_t(top + r0 + k) * a.cols - (r0 + k);
@@ -391,14 +399,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
       return a.open.template at<true>(b, top + r0 + k, t - r0 - k);
     };
     bool gaps_in_range = true;
-    // With state: a cell's H to `hidden`, and to the argmax ("max"). Step t
-    // is anti-diagonal t of the band: slot t mod n.
+    // With state: a cell's H to `hidden`. Step t is anti-diagonal
+    // t - sub_top of the lane's 32-row band: slot (t - sub_top) mod n (the
+    // cell is inside the pair, so t - sub_top >= 0; unchecked, also < n).
     auto keep = [&](int t, int k, A h, auto checked) {
       if constexpr (kStores) {
-        int slot_t = t;
+        int slot_t = t - sub_top;
         if constexpr (decltype(checked)::value)
-          while (slot_t >= n) slot_t -= n;  // t < n + 32: rarely more than once
-        band_hidden[int64_t(slot_t) * rows_here + r0 + k] = h;
+          while (slot_t >= n) slot_t -= n;  // slot_t < n + 32: rarely more than once
+        lane_hidden[int64_t(slot_t) * sub_rows + k] = h;
       }
     };
 
@@ -759,8 +768,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock,
 namespace cuda {
 
 // For a problem the probability-domain passes cover (runs_probability_forward:
-// the training forward ran there too, one row per lane, so its state and the
-// tangents share that band layout), calls f(args) with the arguments of a
+// the training forward ran there too, so its state and the tangents share the
+// layout of 32-row bands), calls f(args) with the arguments of a
 // pass over it (outputs unset; a ProbabilityForwardArgs<T, A> of p's dtype)
 // and returns true; returns false, calling nothing, for the others.
 template <typename F>
@@ -825,14 +834,22 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       else affine(std::false_type{});
       return;
     }
-    // Rows per lane as rows_per_thread says: one with state, and in double;
-    // one or two in float without.
+    // Rows per lane: with state as probability_state_rows says (bands of 64
+    // rows at two, each storing two 32-row bands of the state; the workspace,
+    // sized for 32-row bands, holds their fewer units); without, as
+    // rows_per_thread says. One or two in float, one in double.
     auto with_state = [&](auto soft) {
-      if (args.hidden) return launch(std::integral_constant<int, 1>{}, soft, std::true_type{});
-      if constexpr (sizeof(A) == 4)
-        if (rows_per_thread(p) == 2)
-          return launch(std::integral_constant<int, 2>{}, soft, std::false_type{});
-      launch(std::integral_constant<int, 1>{}, soft, std::false_type{});
+      const auto one = std::integral_constant<int, 1>{};
+      if constexpr (sizeof(A) == 4) {
+        const auto two = std::integral_constant<int, 2>{};
+        if (args.hidden && probability_state_rows(p) == 2) {
+          args.nbands = p.rows == 0 ? 1 : (p.rows + 2 * kWarp - 1) / (2 * kWarp);
+          return launch(two, soft, std::true_type{});
+        }
+        if (!args.hidden && rows_per_thread(p) == 2) return launch(two, soft, std::false_type{});
+      }
+      if (args.hidden) return launch(one, soft, std::true_type{});
+      launch(one, soft, std::false_type{});
     };
     if (args.soft_reduction) with_state(std::true_type{});
     else with_state(std::false_type{});

@@ -274,14 +274,29 @@ constexpr int kTallRows = AFFINE && sizeof(A) == 8 ? 2 : 4;
 // with the rows (3 blocks per SM at two rows). Measured on the H200 (fp32,
 // 2026-12-05): two rows 7-18 % faster than one at 128 to 16384 rows; four
 // (14 instructions a cell, one block per SM) slower than one, so not built.
-// A forward with state runs one: every pass over the state follows its band
-// layout.
+// A forward with state runs probability_state_rows.
 inline int probability_inference_rows(const Problem& p) {
   static const int rows = [] {
     const char* e = std::getenv("SOFTSW_PROBABILITY_ROWS");
     return e && e[0] == '1' && e[1] == 0 ? 1 : 2;
   }();
   return accumulates_in_double(p.dtype) ? 1 : rows;
+}
+
+// Rows per lane of the probability-domain forward with state (linear gaps, a
+// constant gap): two in float, as inference runs, one in double;
+// SOFTSW_STATE_ROWS=1 forces one (for benchmarks of the choice, and the
+// emulation's check of one row). The state keeps the band layout of 32-row
+// bands whatever the forward runs (rows_per_thread counts the passes over it
+// in those): a warp of two rows a lane computes two of those bands, lanes
+// 0-15 the first, 16-31 the second, and stores each in its layout
+// (forward_probability.cu).
+inline int probability_state_rows(const Problem& p) {
+  static const bool one = [] {
+    const char* e = std::getenv("SOFTSW_STATE_ROWS");
+    return e && e[0] == '1' && e[1] == 0;
+  }();
+  return accumulates_in_double(p.dtype) || one || p.affine || p.has_gap_tensor() ? 1 : 2;
 }
 
 // Rows per thread: 1 or the tall count. A band takes n + 32R - 1 steps for n
@@ -293,8 +308,9 @@ inline int probability_inference_rows(const Problem& p) {
 inline int rows_per_thread(const Problem& p) {
   // Measured on the H200: one row per lane (4x the warps) is faster for every
   // log-domain inference shape, linear or affine. A forward in the
-  // probability domain runs one row with state (every pass over the state
-  // follows its band layout) and probability_inference_rows without. Affine
+  // probability domain with state counts one row here (every pass over the
+  // state follows the layout of 32-row bands, whatever rows the forward runs:
+  // probability_state_rows) and probability_inference_rows without. Affine
   // gaps run one: their five nodes at two rows (162 registers, 3 blocks an SM)
   // measured slower than one row (128, 4 blocks) on the H100 (fp32, 2026-12-07:
   // 175 against 196 G cells/s at 256x512^2, 142 against 149 at 64x1024^2, the
