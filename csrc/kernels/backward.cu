@@ -344,9 +344,15 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, ws);
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       if constexpr (r() == 1) {
-        if (staged_backward())
-          return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, gap_tensor()>(
+        if (staged_backward()) {
+          if constexpr (sizeof(A) == 4 && !gap_tensor()) {
+            if (reverse_staged_rows(p) == 2)
+              return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, 2, false>(
+                  k, s, "reverse_staged (backward, two rows)");
+          }
+          return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, 1, gap_tensor()>(
               k, s, "reverse_staged (backward)");
+        }
       }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "backward_wavefront");
