@@ -1,7 +1,7 @@
 // What the CUDA reverse passes share: their one argument struct, filled in one
 // place (reverse_args), the merge of the double backward's <W, A>, and the
-// staged reverse skeleton (reverse_staged, one row per lane) with its row
-// types in the passes. The passes: backward.cu (linear backward), affine.cu
+// staged reverse skeleton (reverse_staged, one or two rows per lane) with its
+// row types in the passes. The passes: backward.cu (linear backward), affine.cu
 // (affine backward, and its double-backward reverse pass), double_backward.cu
 // (linear reverse tangent pass).
 #pragma once
@@ -133,8 +133,22 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 
 
 // --------------------------------------------------------------------------
-// The staged reverse skeleton (one row per lane)
+// The staged reverse skeleton (R rows per lane)
 // --------------------------------------------------------------------------
+//
+// Bands of 32R rows (wavefront.cuh's geometry): lane l holds band rows lR ..
+// lR + R - 1 and at step t handles column t - lR - k of its row k; steps run
+// from the last anti-diagonal down to the first. A cell's adjoint takes what
+// the cell to its right handed it (the row's own value of the step before)
+// and what the row below handed it (up share of the step before, diagonal
+// share of the step before that): row k < R - 1 takes row k + 1's from the
+// lane's registers, the lane's last row from lane l + 1 (one shuffle), lane
+// 31's last row from the band below's edge, so the R cells of a step are
+// independent and share the step's skeleton work (ring copies and waits,
+// shuffles, edge polls, checks). R = 2 runs the backward (AdjointRow) in
+// float accumulate with linear constant gaps (reverse_staged_rows); the
+// forward's state stays in its bands of 32 rows, two of which make a band
+// of 64 (lanes 0-15 read the first, 16-31 the second).
 //
 // One skeleton, row types for what a pass carries (as forward.cu has for the
 // gap models):
@@ -166,7 +180,10 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 // shuffled. The row above the band comes a chunk ahead. For the backward,
 // shared memory stays at the scores' two slots and the ring (37 KB a block in
 // float), so that 6 blocks of 4 warps share an SM: while a band waits on the
-// band below it others compute.
+// band below it others compute. At two rows a lane the slots hold 64 rows
+// (74 KB a block in float, 3 blocks an SM; 43 KB with 2-byte scores, 5), and
+// a lane's two values of an anti-diagonal, adjacent in the state, go over as
+// one 8-byte copy where they are aligned.
 constexpr int kHiddenRing = 8;
 // The band edge between neighbouring bands goes over in groups of 8 columns,
 // not whole chunks: a band then starts ~31 + 8 steps after the band below it
