@@ -254,9 +254,9 @@ constexpr size_t staged_reverse_smem_bytes(bool stage_gap) {
 
 // Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
 // where the loop's extra live values would spill at the 80 registers of 6
-// blocks an SM (2-byte scores, gap tensors).
-template <typename T, bool GAP_TENSOR>
-constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
+// blocks an SM (one row a lane: 2-byte scores, gap tensors).
+template <typename T, int R, bool GAP_TENSOR>
+constexpr int kUnrolledSteps = R > 1 || (sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR)) ? 8 : kChunkSteps;
 
 // Blocks an SM reverse_staged's registers are held to. One row a lane: the
 // row's, at most 3 where a gap tensor may be staged (its staging buffer
@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<T, Ro
     // edge group (x mod 8) are then known at compile time, and the kernel's
     // code stays small enough for the instruction cache (a chunk unrolled
     // whole made ~12,000 instructions).
-    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
+    constexpr int kUnrolled = kUnrolledSteps<T, R, GAP_TENSOR>;
     static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
                       kChunkSteps % kUnrolled == 0,
                   "x mod 8 is a constant of the unrolled steps");

@@ -40,6 +40,10 @@ constexpr size_t staging_smem_bytes() {
 template <int BYTES>
 __device__ __forceinline__ void copy_async(void* shared, const void* global, bool ok) {
 #if defined(SOFTSW_WARP_EMULATION)  // the copy lands at once
+  // cp.async needs both addresses aligned to its size: a misaligned copy
+  // would fault on the GPU, so it stops the emulation.
+  if (ok && ((reinterpret_cast<uintptr_t>(shared) | reinterpret_cast<uintptr_t>(global)) & (BYTES - 1)))
+    __builtin_trap();
   if (ok) memcpy(shared, global, BYTES);
   else memset(shared, 0, BYTES);
 #else
