@@ -7,10 +7,11 @@
 // anti-diagonal to the first, a lane's last row takes what the row below
 // contributes from lane l+1 (one shuffle), and the band below hands its first
 // row's contributions up through global memory (tagged words). Two kernels:
-// reverse_staged with AdjointRow (one row per lane: the problems whose forward
-// ran with one, wavefront.cuh's rows_per_thread; the skeleton in reverse.cuh)
-// reads the scores through shared memory and writes the gradient back the
-// same way; backward_wavefront (four rows per
+// reverse_staged with AdjointRow (the problems whose forward ran with one row
+// per lane, wavefront.cuh's rows_per_thread; the skeleton in reverse.cuh; two
+// rows a lane where reverse_staged_rows says so, bands of 64 rows over the
+// forward's state bands of 32) reads the scores through shared memory and
+// writes the gradient back the same way; backward_wavefront (four rows per
 // lane, tall log-domain problems) runs the bulk of a tall band unchecked in
 // groups of 4 steps with 16-byte loads of S and H and 16-byte stores of the
 // gradient; the fill and drain check every cell.
@@ -296,16 +297,17 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 }
 
 
-// The backward's row of the staged reverse skeleton (reverse.cuh, one row per
-// lane): E from the seed and what the cell's readers handed it, E p_k to the
+// The backward's row of the staged reverse skeleton (reverse.cuh, one or two
+// rows per lane): E from the seed and what the cell's readers handed it, E p_k to the
 // cells it read; d score / d S = g_out E p1 into the slot and, with gap
 // tensors, d score / d g = g_out E (p2 + p3).
 template <typename A, bool HARD>
 struct AdjointRow {
   static constexpr bool kHard = HARD;
   static constexpr int kValues = 1, kPlanes = 1, kStaged = 1;
-  // Registers for 6 blocks an SM (3 in double), as the shared memory allows
-  // (a staged gap tensor's second staging buffer leaves room for 3).
+  // Registers for 6 blocks an SM (3 in double) at one row a lane, as the
+  // shared memory allows (a staged gap tensor's second staging buffer leaves
+  // room for 3; two rows a lane: kReverseMinBlocks).
   static constexpr int kMinBlocks = sizeof(A) == 8 ? 3 : 6;
   static constexpr bool kStagesGap = true;
   A g_out;
@@ -344,9 +346,15 @@ void backward_cuda(const Problem& p, const BackwardArgs& args, void* workspace, 
     const ReverseArgs<T, A> k = reverse_args<T, A>(p, args, ws);
     dispatch_variant<A, false>(p, runs_hard(p), [&](auto r, auto hard_c, auto gap_tensor) {
       if constexpr (r() == 1) {
-        if (staged_backward())
-          return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, gap_tensor()>(
+        if (staged_backward()) {
+          if constexpr (sizeof(A) == 4 && !gap_tensor()) {
+            if (reverse_staged_rows(p) == 2)
+              return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, 2, false>(
+                  k, s, "reverse_staged (backward, two rows)");
+          }
+          return launch_reverse_staged<T, A, AdjointRow<A, hard_c()>, 1, gap_tensor()>(
               k, s, "reverse_staged (backward)");
+        }
       }
       launch_persistent<backward_wavefront<T, A, r(), hard_c(), gap_tensor()>>(
           k, s, "backward_wavefront");

@@ -367,7 +367,7 @@ void double_backward_cuda(const Problem& p, const DoubleBackwardArgs& args, void
     clear_workspace(p, k.ws, s);  // the tags of the edges too
     if (staged) {
       dispatch_variant<A, false>(p, hard, [&](auto, auto hard_c, auto gap_tensor) {
-        launch_reverse_staged<T, A, TangentAdjointRow<A, hard_c()>, gap_tensor()>(
+        launch_reverse_staged<T, A, TangentAdjointRow<A, hard_c()>, 1, gap_tensor()>(
             k, s, "reverse_staged (double backward)");
       });
     } else if (hard) {

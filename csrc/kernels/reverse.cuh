@@ -1,7 +1,7 @@
 // What the CUDA reverse passes share: their one argument struct, filled in one
 // place (reverse_args), the merge of the double backward's <W, A>, and the
-// staged reverse skeleton (reverse_staged, one row per lane) with its row
-// types in the passes. The passes: backward.cu (linear backward), affine.cu
+// staged reverse skeleton (reverse_staged, one or two rows per lane) with its
+// row types in the passes. The passes: backward.cu (linear backward), affine.cu
 // (affine backward, and its double-backward reverse pass), double_backward.cu
 // (linear reverse tangent pass).
 #pragma once
@@ -133,8 +133,22 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 
 
 // --------------------------------------------------------------------------
-// The staged reverse skeleton (one row per lane)
+// The staged reverse skeleton (R rows per lane)
 // --------------------------------------------------------------------------
+//
+// Bands of 32R rows (wavefront.cuh's geometry): lane l holds band rows lR ..
+// lR + R - 1 and at step t handles column t - lR - k of its row k; steps run
+// from the last anti-diagonal down to the first. A cell's adjoint takes what
+// the cell to its right handed it (the row's own value of the step before)
+// and what the row below handed it (up share of the step before, diagonal
+// share of the step before that): row k < R - 1 takes row k + 1's from the
+// lane's registers, the lane's last row from lane l + 1 (one shuffle), lane
+// 31's last row from the band below's edge, so the R cells of a step are
+// independent and share the step's skeleton work (ring copies and waits,
+// shuffles, edge polls, checks). R = 2 runs the backward (AdjointRow) in
+// float accumulate with linear constant gaps (reverse_staged_rows); the
+// forward's state stays in its bands of 32 rows, two of which make a band
+// of 64 (lanes 0-15 read the first, 16-31 the second).
 //
 // One skeleton, row types for what a pass carries (as forward.cu has for the
 // gap models):
@@ -166,7 +180,10 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 // shuffled. The row above the band comes a chunk ahead. For the backward,
 // shared memory stays at the scores' two slots and the ring (37 KB a block in
 // float), so that 6 blocks of 4 warps share an SM: while a band waits on the
-// band below it others compute.
+// band below it others compute. At two rows a lane the slots hold 64 rows
+// (74 KB a block in float, 3 blocks an SM; 43 KB with 2-byte scores, 5), and
+// a lane's two values of an anti-diagonal, adjacent in the state, go over as
+// one 8-byte copy where they are aligned.
 constexpr int kHiddenRing = 8;
 // The band edge between neighbouring bands goes over in groups of 8 columns,
 // not whole chunks: a band then starts ~31 + 8 steps after the band below it
@@ -227,36 +244,46 @@ struct CellResult {
   A scores, gap;
 };
 
-// Bytes of shared memory of a block of reverse_staged with row type Row, and
-// (stage_gap) a staged gap tensor.
-template <typename T, typename A, typename Row>
+// Bytes of shared memory of a block of reverse_staged with row type Row, R
+// rows a lane, and (stage_gap) a staged gap tensor.
+template <typename T, typename A, typename Row, int R>
 constexpr size_t staged_reverse_smem_bytes(bool stage_gap) {
-  return (Row::kStaged + (stage_gap ? 1 : 0)) * staging_smem_bytes<T, 1>() +
-         size_t(kWarpsPerBlock) * Row::kPlanes * kHiddenRing * kWarp * sizeof(A);
+  return (Row::kStaged + (stage_gap ? 1 : 0)) * staging_smem_bytes<T, R>() +
+         size_t(kWarpsPerBlock) * Row::kPlanes * kHiddenRing * kWarp * R * sizeof(A);
 }
 
 // Steps of a chunk unrolled together (see run_chunk): 8, but the whole chunk
 // where the loop's extra live values would spill at the 80 registers of 6
-// blocks an SM (2-byte scores, gap tensors).
-template <typename T, bool GAP_TENSOR>
-constexpr int kUnrolledSteps = sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR) ? 8 : kChunkSteps;
+// blocks an SM (one row a lane: 2-byte scores, gap tensors).
+template <typename T, int R, bool GAP_TENSOR>
+constexpr int kUnrolledSteps = R > 1 || (sizeof(T) >= 4 && (sizeof(T) == 8 || !GAP_TENSOR)) ? 8 : kChunkSteps;
 
-// Blocks an SM reverse_staged's registers are held to: the row's, at most 3
-// where a gap tensor may be staged (its staging buffer leaves room for 3 in
-// float).
-template <typename Row, bool GAP_TENSOR>
-constexpr int kReverseMinBlocks = GAP_TENSOR && Row::kStagesGap && Row::kMinBlocks > 3 ? 3 : Row::kMinBlocks;
+// Blocks an SM reverse_staged's registers are held to. One row a lane: the
+// row's, at most 3 where a gap tensor may be staged (its staging buffer
+// leaves room for 3 in float). Two rows a lane: what the staging of 64-row
+// slots leaves room for (74 KB a block in float: 3 blocks; 43 KB with 2-byte
+// scores: 5).
+template <typename T, typename Row, int R, bool GAP_TENSOR>
+constexpr int kReverseMinBlocks = R > 1 ? (sizeof(T) == 2 ? 5 : 3)
+                                : GAP_TENSOR && Row::kStagesGap && Row::kMinBlocks > 3 ? 3
+                                                                                      : Row::kMinBlocks;
 
-template <typename T, typename A, typename Row, bool SOFT, bool GAP_TENSOR>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, GAP_TENSOR>)
+template <typename T, typename A, typename Row, int R, bool SOFT, bool GAP_TENSOR>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<T, Row, R, GAP_TENSOR>)
     reverse_staged(const ReverseArgs<T, A> a) {
   static_assert(kChunkSteps % kHiddenRing == 0, "a chunk starts the ring over");
-  constexpr int kBandRows = kWarp;
+  static_assert(R == 1 || (R == 2 && !GAP_TENSOR),
+                "two rows a lane without gap tensors (a staged one would leave one block an SM)");
+  constexpr int kBandRows = kWarp * R;
+  // The forward's state is in bands of 32 rows (it ran one row a lane): a
+  // band of 64 rows reads two of them (see the ring below).
+  constexpr int kStateRows = kWarp;
   constexpr int kPitch = kStagePitch<T>;
   constexpr int kSlot = kBandRows * kPitch;
   constexpr int P = Row::kPlanes, V = Row::kValues, I = Row::kStaged;
   const int lane = threadIdx.x & (kWarp - 1);
   const int warp = threadIdx.x / kWarp;
+  const int r0 = R * lane;  // this lane's first row of the band
   // A column of the band edge: the V values handed up, each a tagged word (or two).
   using Edge = TaggedEdge<A>;
   using EdgeWords = TaggedWords<V * Edge::kWords>;
@@ -270,15 +297,15 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
   T* stage[I];
 #pragma unroll
   for (int i = 0; i < I; ++i)
-    stage[i] = reinterpret_cast<T*>(stage_bytes + i * staging_smem_bytes<T, 1>()) +
-               warp * kStageElements<T, 1>;
-  T* const gap_stage = reinterpret_cast<T*>(stage_bytes + I * staging_smem_bytes<T, 1>()) +
-                       warp * kStageElements<T, 1>;
+    stage[i] = reinterpret_cast<T*>(stage_bytes + i * staging_smem_bytes<T, R>()) +
+               warp * kStageElements<T, R>;
+  T* const gap_stage = reinterpret_cast<T*>(stage_bytes + I * staging_smem_bytes<T, R>()) +
+                       warp * kStageElements<T, R>;
   const T* const gap_end =  // one past the gap tensor's last element
       staged_gap ? a.open.data + (a.batch - 1) * a.open.s0 + (a.rows - 1) * a.open.s1 + a.cols : nullptr;
-  // This warp's ring of plane p: anti-diagonal t at (t mod 8) * 32, lane l's row at + l.
-  A* const rings = reinterpret_cast<A*>(stage_bytes + buffers * staging_smem_bytes<T, 1>()) +
-                   warp * P * kHiddenRing * kWarp;
+  // This warp's ring of plane p: anti-diagonal t at (t mod 8) * 32R, band row r at + r.
+  A* const rings = reinterpret_cast<A*>(stage_bytes + buffers * staging_smem_bytes<T, R>()) +
+                   warp * P * kHiddenRing * kBandRows;
   unsigned long long* const edges = static_cast<unsigned long long*>(a.ws.edges);
   const A* planes[P];  // plane p of every pair
   const T* inputs[I];  // input i (nullptr: zeros), and its tensor's end
@@ -323,55 +350,116 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
     const int64_t target = a.argmax[b];
     const int target_r = target >= 0 ? static_cast<int>(target / a.cols) : -1;
     const int target_c = target >= 0 ? static_cast<int>(target % a.cols) : -1;
-    const bool row_ok = lane < rows_here;
-    const int r = top + lane;  // this lane's row of the pair
-    // "max": the step at which this lane reaches the argmax cell (-1: never).
-    const int target_t = r == target_r ? target_c + lane : -1;
+    bool row_ok[R];  // row k of this lane is inside the pair
+    int target_t[R];  // "max": the step at which row k reaches the argmax cell (-1: never)
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      row_ok[k] = r0 + k < rows_here;
+      target_t[k] = top + r0 + k == target_r ? target_c + r0 + k : -1;
+    }
     const int64_t band_offset = pair_offset + int64_t(top) * a.cols;
     T* const band_grads = a.grad_scores + band_offset;
-    bool staged[I];  // input i is read (else zeros)
-    T* srow[I];      // this lane's row of input i's first slot
+    bool staged[I];   // input i is read (else zeros)
+    T* srow[I][R];    // this lane's row k of input i's first slot
 #pragma unroll
     for (int i = 0; i < I; ++i) {
       staged[i] = inputs[i] != nullptr;
-      srow[i] = stage[i] + lane * kPitch +
-                (staged[i] ? parallelogram_offset(inputs[i] + band_offset, a.cols, lane) : 0);
+#pragma unroll
+      for (int k = 0; k < R; ++k)
+        srow[i][k] = stage[i] + (k * kWarp + lane) * kPitch +
+                     (staged[i] ? parallelogram_offset(inputs[i] + band_offset, a.cols, r0 + k) : 0);
     }
     // The staged gap: the band's first row (row stride a.open.s1, 0 for one
     // row broadcast to all), this lane's row of the first slot.
     const T* const band_gap = staged_gap ? a.open.data + b * a.open.s0 + int64_t(top) * a.open.s1 : nullptr;
-    T* const gap_row = gap_stage + lane * kPitch + (staged_gap ? parallelogram_offset(band_gap, a.open.s1, lane) : 0);
+    T* gap_row[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k)
+      gap_row[k] = gap_stage + (k * kWarp + lane) * kPitch +
+                   (staged_gap ? parallelogram_offset(band_gap, a.open.s1, r0 + k) : 0);
     const int steps = n + rows_here - 1;
     const int chunks = (steps + kChunkSteps - 1) / kChunkSteps;
 
+    // The lane's rows in the forward's state: its band of 32 rows (with two
+    // rows a lane, lanes 0-15 in the band's first, 16-31 in its second) of
+    // `state_rows` rows from pair row state_top, where cell (r, c) sits at
+    // ((r + c) mod n) * state_rows + r (wavefront.cuh). The band's
+    // anti-diagonal d (row r of the band at column d - r) is anti-diagonal
+    // d - shift of the lane's state band, and the lane's rows are adjacent
+    // on it.
+    const int state_top = top + (r0 & ~(kStateRows - 1));
+    const int state_rows = min(kStateRows, m - state_top);  // <= 0: the pair ends above
+    const int shift = state_top - top;
+    auto state_slot = [&](const int d) {
+      const int s = (d - shift) % n;
+      return s < 0 ? s + n : s;
+    };
     // Rings: slot d % 8 holds plane p on anti-diagonal d (0 outside the pair).
     // Every step t, run or skipped, copies d = t - 8 into the slot it frees
     // (t % 8, known at compile time in the unrolled steps) as one group;
-    // `next_slot` walks (d mod n) down with it.
+    // `next_slot` walks d's slot in the state down with it.
     const int t_top = chunks * kChunkSteps - 1;  // the last chunk's first step
-    int next_slot = (t_top - kHiddenRing) % n;
-    auto ring = [&](const int p, const int x, const int l) -> A {
-      return rings[(p * kHiddenRing + (x & (kHiddenRing - 1))) * kWarp + l];
+    int next_slot = state_slot(t_top - kHiddenRing);
+    auto ring = [&](const int p, const int x, const int r) -> A {
+      return rings[(p * kHiddenRing + (x & (kHiddenRing - 1))) * kBandRows + r];
     };
-    const A* band_plane[P];  // plane p of this band, this lane's row
+    // This lane's R rows of plane p on anti-diagonal x (two floats: one 8-byte load).
+    auto ring_rows = [&](const int p, const int x, A (&out)[R]) {
+      const A* const at = rings + (p * kHiddenRing + (x & (kHiddenRing - 1))) * kBandRows + r0;
+      if constexpr (R == 2 && sizeof(A) == 4) {
+        const float2 v = *reinterpret_cast<const float2*>(at);
+        out[0] = v.x;
+        out[1] = v.y;
+      } else {
 #pragma unroll
-    for (int p = 0; p < P; ++p) band_plane[p] = planes[p] + pair_offset + int64_t(top) * n + lane;
-    auto copy_ring = [&](const int x, const int slot, const bool ok) {
+        for (int k = 0; k < R; ++k) out[k] = at[k];
+      }
+    };
+    const A* band_plane[P];  // plane p of the lane's state band, its first row
 #pragma unroll
-      for (int p = 0; p < P; ++p)
-        copy_async<sizeof(A)>(rings + (p * kHiddenRing + (x & (kHiddenRing - 1))) * kWarp + lane,
-                              ok ? band_plane[p] + int64_t(slot) * rows_here : planes[p], ok);
+    for (int p = 0; p < P; ++p)
+      band_plane[p] = planes[p] + pair_offset + int64_t(state_top) * n + (r0 - shift);
+    // Two rows of floats a lane go over as one 8-byte copy where the
+    // state's pairs of rows are 8-byte aligned (state bands of 32 rows, the
+    // pair's state at an even offset): in the unchecked chunks (`wide`).
+    bool wide_ok = R == 2 && sizeof(A) == 4;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      wide_ok &= (reinterpret_cast<uintptr_t>(planes[p] + pair_offset) & (2 * sizeof(A) - 1)) == 0;
+    auto copy_ring = [&](const int x, const int slot, const bool (&ok)[R], const bool wide) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        A* const dst = rings + (p * kHiddenRing + (x & (kHiddenRing - 1))) * kBandRows + r0;
+        if (R == 2 && wide) {
+          copy_async<2 * sizeof(A)>(dst, band_plane[p] + int64_t(slot) * kStateRows, true);
+        } else {
+#pragma unroll
+          for (int k = 0; k < R; ++k)
+            copy_async<sizeof(A)>(dst + k, ok[k] ? band_plane[p] + int64_t(slot) * state_rows + k : planes[p],
+                                  ok[k]);
+        }
+      }
       copy_async_commit();
     };
+    // The copies of anti-diagonal d: row k's inside the pair where `checked`.
+    auto ring_ok = [&](const int d, const bool checked, bool (&ok)[R]) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int c = d - r0 - k;
+        ok[k] = !checked || (row_ok[k] && c >= 0 && c < n);
+      }
+    };
     auto load_ring = [&](const int t, const int x, auto checked) {
-      const int c = t - kHiddenRing - lane;
-      copy_ring(x, next_slot, !decltype(checked)::value || (row_ok && c >= 0 && c < n));
+      constexpr bool kChecked = decltype(checked)::value;
+      bool ok[R];
+      ring_ok(t - kHiddenRing, kChecked, ok);
+      copy_ring(x, next_slot, ok, !kChecked && wide_ok);
       next_slot = next_slot == 0 ? n - 1 : next_slot - 1;
     };
 
     // The planes of the row above the band on a chunk's columns 32q + l: this
     // chunk's (up: column c, diag: column c - 1) and the next chunk's, loaded
-    // ahead. The band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
+    // ahead. The state band above's last row: cell (31, c) at ((31 + c) mod n) * 32 + 31.
     A above_up[P], above_diag[P], next_up[P], next_diag[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) above_up[p] = above_diag[p] = next_up[p] = next_diag[p] = A(0);
@@ -380,34 +468,41 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
 #pragma unroll
       for (int p = 0; p < P; ++p) next_up[p] = next_diag[p] = A(0);
       if (!has_above || q < 0 || c - 1 >= n) return;
-      const int slot_up = (kBandRows - 1 + c) % n;
+      const int slot_up = (kStateRows - 1 + c) % n;
       const int slot_diag = slot_up == 0 ? n - 1 : slot_up - 1;
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        const A* above = planes[p] + pair_offset + int64_t(top - kBandRows) * n + kBandRows - 1;
-        next_up[p] = c < n ? __ldg(above + int64_t(slot_up) * kBandRows) : A(0);
-        next_diag[p] = c >= 1 ? __ldg(above + int64_t(slot_diag) * kBandRows) : A(0);
+        const A* above = planes[p] + pair_offset + int64_t(top - kStateRows) * n + kStateRows - 1;
+        next_up[p] = c < n ? __ldg(above + int64_t(slot_up) * kStateRows) : A(0);
+        next_diag[p] = c >= 1 ? __ldg(above + int64_t(slot_diag) * kStateRows) : A(0);
       }
     };
     load_above(chunks - 1);
 
-    // What this lane's row handed on the last two steps: m1 (this step's
+    // What this lane's row k handed on the last two steps: m1 (this step's
     // diagonal share), m1p (the step before's), m2 (up), m3 (left); each a
     // value per carried value.
-    A m1[V], m1p[V], m2[V], m3[V];
+    A m1[R][V], m1p[R][V], m2[R][V], m3[R][V];
     A below_reg[V];       // the band below's contributions (lane 31's columns, mod 32)
 #pragma unroll
-    for (int v = 0; v < V; ++v) m1[v] = m1p[v] = m2[v] = m3[v] = below_reg[v] = A(0);
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) m1[k][v] = m1p[k][v] = m2[k][v] = m3[k][v] = A(0);
+      below_reg[v] = A(0);
+    }
     EdgeWords below_next;  // ... this lane's next group's, loaded ahead (or none yet)
     EdgeChunk<A, V> to_above;  // the band's top row's contributions, for the band above
 
-    // One reverse step on this lane's cell (r, t - lane) with inputs `in` and
-    // (staged_gap) the staged gap `gap` (x = t mod 32, a constant in the
-    // unrolled chunks); returns the cell's results (a gap tensor's gradient
-    // already written when it is not staged). Conditions on the step's place
-    // in its chunk use x: constants in the unrolled chunks. Lane 31's column
-    // c_last = t - 31 has c_last mod 32 = (x + 1) mod 32.
-    auto step = [&](const int t, const int x, const A (&in)[I], const A gap, const bool checked) {
+    // One reverse step on this lane's cells (r0 + k, t - r0 - k) with inputs
+    // in[k] and (staged_gap) the staged gaps gap[k] (x = t mod 32, a constant
+    // in the unrolled chunks); the cells' results to `result` (a gap
+    // tensor's gradient already written when it is not staged). The R cells
+    // of a step are independent: row k takes row k + 1's shares of the
+    // steps before. Conditions on the step's place in its chunk use x:
+    // constants in the unrolled chunks. Lane 31's last row's column c_last =
+    // t - (32R - 1) has c_last mod 32 = (x + 1) mod 32.
+    auto step = [&](const int t, const int x, const A (&in)[R][I], const A (&gap)[R], const bool checked,
+                    CellResult<A> (&result)[R]) {
       const int c_last = t - (kBandRows - 1);
       const int x_last = (x + 1) & (kWarp - 1);
       // A group of the band below's contributions (kEdgeGroup columns, the
@@ -430,56 +525,78 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
         if (sizeof(T) >= 4 && next >= 0 && lane / kEdgeGroup == (next & (kWarp - 1)) / kEdgeGroup)
           below_next = EdgeWords::load(edge_below + int64_t((next & ~(kWarp - 1)) + lane) * kColumnWords);
       }
-      const int l_up = lane > 0 ? lane - 1 : 0;  // the row above's lane (lane 0: the edge)
-      ReverseStencil<A, P> h;
+      // The row above the lane's first row: lane l - 1's last (lane 0: the edge).
+      const int r_up = lane > 0 ? r0 - 1 : 0;
+      ReverseStencil<A, P> h[R];
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        h.here[p] = ring(p, x, lane);
-        h.left[p] = ring(p, x - 1, lane);
-        const A up_lane = ring(p, x - 1, l_up);
-        const A diag_lane = ring(p, x - 2, l_up);
+        A here[R], left[R];
+        ring_rows(p, x, here);
+        ring_rows(p, x - 1, left);
+        const A up_lane = ring(p, x - 1, r_up);
+        const A diag_lane = ring(p, x - 2, r_up);
         const A up_edge = __shfl_sync(kFullMask, above_up[p], x);
         const A diag_edge = __shfl_sync(kFullMask, above_diag[p], x);
-        h.up[p] = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
-        h.diag[p] = lane != 0 ? diag_lane : diag_edge;
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          h[k].here[p] = here[k];
+          h[k].left[p] = left[k];
+          if (k == 0) {
+            h[k].up[p] = lane != 0 ? up_lane : up_edge;  // the edge is 0 with no band above
+            h[k].diag[p] = lane != 0 ? diag_lane : diag_edge;
+          } else {  // the lane's row k - 1
+            h[k].up[p] = left[k - 1];
+            h[k].diag[p] = ring(p, x - 2, r0 + k - 1);
+          }
+        }
       }
-      A take[2][V];  // what the cell's readers handed it: the cell to its right, the row below
+      // What the cells' readers handed them: the cell to the right, the row below.
+      A take[R][2][V];
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         const A below = __shfl_sync(kFullMask, below_reg[v], x_last);
-        const A down_lane = __shfl_down_sync(kFullMask, m2[v] + m1p[v], 1);
-        take[0][v] = m3[v];
-        take[1][v] = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
+        const A down_lane = __shfl_down_sync(kFullMask, m2[0][v] + m1p[0][v], 1);
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          take[k][0][v] = m3[k][v];
+          if (k < R - 1) take[k][1][v] = m2[k + 1][v] + m1p[k + 1][v];
+          else take[k][1][v] = lane != kWarp - 1 ? down_lane : below;  // 0 with no band below
+        }
       }
 
-      const int c = t - lane;
-      A give[3][V] = {};
-      CellResult<A> result{A(0), A(0)};
-      if (!checked || (c >= 0 && c < n && row_ok)) {
-        const A g = staged_gap ? gap : a.open.template at<GAP_TENSOR>(b, r, c);
-        A seed;
-        if constexpr (SOFT) seed = total.seed(h.here[0]);
-        else seed = t == target_t ? A(1) : A(0);
-        result = row.template cell<SOFT, GAP_TENSOR>(a, b, r, c, h, in, g, seed, take, give);
-        if (GAP_TENSOR && a.grad_open && !staged_gap)
-          a.grad_open[pair_offset + int64_t(r) * a.cols + c] = store_as<T>(result.gap);
+      A give[R][3][V] = {};
+#pragma unroll
+      for (int k = 0; k < R; ++k) {
+        const int c = t - r0 - k, r = top + r0 + k;
+        result[k] = {A(0), A(0)};
+        if (!checked || (c >= 0 && c < n && row_ok[k])) {
+          const A g = staged_gap ? gap[k] : a.open.template at<GAP_TENSOR>(b, r, c);
+          A seed;
+          if constexpr (SOFT) seed = total.seed(h[k].here[0]);
+          else seed = t == target_t[k] ? A(1) : A(0);
+          result[k] = row.template cell<SOFT, GAP_TENSOR>(a, b, r, c, h[k], in[k], g, seed, take[k], give[k]);
+          if (GAP_TENSOR && a.grad_open && !staged_gap)
+            a.grad_open[pair_offset + int64_t(r) * a.cols + c] = store_as<T>(result[k].gap);
+        }
       }
-      // Lane 0's row is the band's top row: hand its contributions up.
+      // Lane 0's first row is the band's top row: hand its contributions up.
       if (has_above) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) to_above.collect(v, give[1][v] + m1[v], 0, x, lane);
+        for (int v = 0; v < V; ++v) to_above.collect(v, give[0][1][v] + m1[0][v], 0, x, lane);
         // Columns run downwards: a group is done at its first column.
         if ((x & (kEdgeGroup - 1)) == 0 && t < n)
           to_above.store(edge_above, t, min(t + kEdgeGroup - 1, n - 1), lane);
       }
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        m1p[v] = m1[v];
-        m1[v] = give[0][v];
-        m2[v] = give[1][v];
-        m3[v] = give[2][v];
+      for (int k = 0; k < R; ++k) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          m1p[k][v] = m1[k][v];
+          m1[k][v] = give[k][0][v];
+          m2[k][v] = give[k][1][v];
+          m3[k][v] = give[k][2][v];
+        }
       }
-      return result;
     };
 
     // Chunk q: steps 32q + 31 down to 32q (those below `steps`), 8 at a time
@@ -487,7 +604,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
     // edge group (x mod 8) are then known at compile time, and the kernel's
     // code stays small enough for the instruction cache (a chunk unrolled
     // whole made ~12,000 instructions).
-    constexpr int kUnrolled = kUnrolledSteps<T, GAP_TENSOR>;
+    constexpr int kUnrolled = kUnrolledSteps<T, R, GAP_TENSOR>;
     static_assert(kUnrolled % kHiddenRing == 0 && kUnrolled % kEdgeGroup == 0 &&
                       kChunkSteps % kUnrolled == 0,
                   "x mod 8 is a constant of the unrolled steps");
@@ -507,16 +624,23 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
           copy_async_wait<kHiddenRing - 3>();
           __syncwarp();
           if (!kChecked || t < steps) {
-            A in[I];
-            in[0] = scaled(to_acc<A>(srow[0][slot + x]), a.scale);
+            A in[R][I], gap[R];
 #pragma unroll
-            for (int i = 1; i < I; ++i) in[i] = staged[i] ? to_acc<A>(srow[i][slot + x]) : A(0);
-            const A gap = staged_gap ? scaled(to_acc<A>(gap_row[slot + x]), a.open.scale) : A(0);
-            const CellResult<A> result = step(t, x, in, gap, kChecked);
-            const int c = t - lane;
-            if (!kChecked || (c >= 0 && c < n && row_ok)) {
-              srow[0][slot + x] = store_as<T>(result.scores);
-              if (staged_gap) gap_row[slot + x] = store_as<T>(result.gap);
+            for (int k = 0; k < R; ++k) {
+              in[k][0] = scaled(to_acc<A>(srow[0][k][slot + x]), a.scale);
+#pragma unroll
+              for (int i = 1; i < I; ++i) in[k][i] = staged[i] ? to_acc<A>(srow[i][k][slot + x]) : A(0);
+              gap[k] = staged_gap ? scaled(to_acc<A>(gap_row[k][slot + x]), a.open.scale) : A(0);
+            }
+            CellResult<A> result[R];
+            step(t, x, in, gap, kChecked, result);
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+              const int c = t - r0 - k;
+              if (!kChecked || (c >= 0 && c < n && row_ok[k])) {
+                srow[0][k][slot + x] = store_as<T>(result[k].scores);
+                if (staged_gap) gap_row[k][slot + x] = store_as<T>(result[k].gap);
+              }
             }
           }
           load_ring(t, x, checked);
@@ -528,10 +652,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
 #pragma unroll
       for (int i = 0; i < I; ++i)
         if (staged[i])
-          stage_parallelogram<T, 1>(stage[i] + (q & 1) * kSlot, inputs[i] + band_offset, a.cols, q,
+          stage_parallelogram<T, R>(stage[i] + (q & 1) * kSlot, inputs[i] + band_offset, a.cols, q,
                                     rows_here, n, inputs[i], inputs_end[i], lane);
       if (staged_gap)
-        stage_parallelogram<T, 1>(gap_stage + (q & 1) * kSlot, band_gap, a.open.s1, q, rows_here, n,
+        stage_parallelogram<T, R>(gap_stage + (q & 1) * kSlot, band_gap, a.open.s1, q, rows_here, n,
                                   a.open.data, gap_end, lane);
       copy_async_commit();  // one group for the chunk's inputs
     };
@@ -542,8 +666,9 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
     if (chunks > 1) stage_chunk(chunks - 2);
 #pragma unroll
     for (int i = 0; i < kHiddenRing; ++i) {
-      const int d = t_top - i, c = d - lane;
-      copy_ring(kChunkSteps - 1 - i, d % n, row_ok && c >= 0 && c < n);
+      bool ok[R];
+      ring_ok(t_top - i, true, ok);
+      copy_ring(kChunkSteps - 1 - i, state_slot(t_top - i), ok, false);
     }
     for (int q = chunks - 1; q >= 0; --q) {
       const int t0 = q * kChunkSteps;
@@ -560,13 +685,14 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
       if (unchecked) run_chunk(q, std::false_type{});
       else run_chunk(q, std::true_type{});
       __syncwarp();  // every lane's results are in the slot
-      flush_parallelogram(stage[0] + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
-                          [&](int row_) { return parallelogram_offset(a.scores + band_offset, a.cols, row_); },
-                          lane);
+      flush_parallelogram<T, R>(stage[0] + (q & 1) * kSlot, band_grads, a.cols, q, rows_here, n,
+                                [&](int row_) { return parallelogram_offset(a.scores + band_offset, a.cols, row_); },
+                                lane);
       if (staged_gap && a.grad_open)
-        flush_parallelogram(gap_stage + (q & 1) * kSlot, a.grad_open + band_offset, a.cols, q, rows_here,
-                            n, [&](int row_) { return parallelogram_offset(band_gap, a.open.s1, row_); },
-                            lane);
+        flush_parallelogram<T, R>(gap_stage + (q & 1) * kSlot, a.grad_open + band_offset, a.cols, q,
+                                  rows_here, n,
+                                  [&](int row_) { return parallelogram_offset(band_gap, a.open.s1, row_); },
+                                  lane);
       __syncwarp();  // the slot is free again
       if (q >= 2) stage_chunk(q - 2);
     }
@@ -576,25 +702,28 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, kReverseMinBlocks<Row, 
   }
 }
 
-// Launch reverse_staged with row type Row on `stream`: the soft reduction's
-// variant where the problem asks for it, except in hard mode, which seeds the
-// argmax alone. A gap tensor with contiguous columns is staged where the row
-// allows it (Row::kStagesGap) and stages_gap_tensors() says so. A kernel's
-// shared memory is the same at every launch (launch_persistent sets the limit
-// and counts the blocks an SM once a kernel): the gap's buffer whenever the
-// variant may stage it.
-template <typename T, typename A, typename Row, bool GAP_TENSOR>
+// Launch reverse_staged with row type Row and R rows a lane on `stream`: the
+// soft reduction's variant where the problem asks for it, except in hard
+// mode, which seeds the argmax alone. A gap tensor with contiguous columns is
+// staged where the row allows it (Row::kStagesGap) and stages_gap_tensors()
+// says so. A kernel's shared memory is the same at every launch
+// (launch_persistent sets the limit and counts the blocks an SM once a
+// kernel): the gap's buffer whenever the variant may stage it. The pass's
+// bands are 32R rows: fewer than the workspace's (sized for the forward's
+// 32-row bands) with two rows a lane.
+template <typename T, typename A, typename Row, int R, bool GAP_TENSOR>
 inline void launch_reverse_staged(const ReverseArgs<T, A>& args, cudaStream_t stream,
                                   const char* name) {
   constexpr bool kMayStageGap = GAP_TENSOR && Row::kStagesGap;
   ReverseArgs<T, A> k = args;
   k.stage_gap = kMayStageGap && k.open.data && k.open.s2 == 1 && stages_gap_tensors();
-  constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row>(kMayStageGap);
+  k.nbands = k.rows == 0 ? 1 : (k.rows + kWarp * R - 1) / (kWarp * R);
+  constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row, R>(kMayStageGap);
   if constexpr (!Row::kHard) {
     if (k.soft_reduction)
-      return launch_persistent<reverse_staged<T, A, Row, true, GAP_TENSOR>>(k, stream, name, smem);
+      return launch_persistent<reverse_staged<T, A, Row, R, true, GAP_TENSOR>>(k, stream, name, smem);
   }
-  launch_persistent<reverse_staged<T, A, Row, false, GAP_TENSOR>>(k, stream, name, smem);
+  launch_persistent<reverse_staged<T, A, Row, R, false, GAP_TENSOR>>(k, stream, name, smem);
 }
 
 
@@ -605,6 +734,24 @@ inline void launch_reverse_staged(const ReverseArgs<T, A>& args, cudaStream_t st
 inline bool staged_backward() {
   static const bool on = !env_is_zero("SOFTSW_STAGED_BACKWARD");
   return on;
+}
+
+// Rows per lane of the backward's reverse_staged (AdjointRow): two for linear
+// gaps held constant, accumulated in float, on pairs taller than one band of
+// 32 rows; one else (double: two 64-row staging slots of doubles would leave
+// one block an SM; a gap tensor's staging buffer would double the shared
+// memory). Two rows give each step two independent cells and share the
+// step's skeleton (ring copies and waits, shuffles, edge polls, checks)
+// between them; the band pipeline has half the bands. SOFTSW_REVERSE_ROWS=1
+// forces one (for benchmarks of the choice, and the emulation's check of
+// both).
+inline int reverse_staged_rows(const Problem& p) {
+  static const int rows = [] {
+    const char* e = std::getenv("SOFTSW_REVERSE_ROWS");
+    return e && e[0] == '1' && e[1] == 0 ? 1 : 2;
+  }();
+  const bool two = !accumulates_in_double(p.dtype) && !p.affine && !p.has_gap_tensor() && p.rows > kWarp;
+  return two ? rows : 1;
 }
 
 }  // namespace cuda

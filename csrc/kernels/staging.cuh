@@ -40,6 +40,10 @@ constexpr size_t staging_smem_bytes() {
 template <int BYTES>
 __device__ __forceinline__ void copy_async(void* shared, const void* global, bool ok) {
 #if defined(SOFTSW_WARP_EMULATION)  // the copy lands at once
+  // cp.async needs both addresses aligned to its size: a misaligned copy
+  // would fault on the GPU, so it stops the emulation.
+  if (ok && ((reinterpret_cast<uintptr_t>(shared) | reinterpret_cast<uintptr_t>(global)) & (BYTES - 1)))
+    __builtin_trap();
   if (ok) memcpy(shared, global, BYTES);
   else memset(shared, 0, BYTES);
 #else
@@ -126,11 +130,12 @@ __device__ __forceinline__ void stage_parallelogram(T* slot, const T* band, int6
   }
 }
 
-// Stores chunk q of a slot (R = 1) to `out` (row 0, column 0 of the band;
+// Stores chunk q of a slot of R rows a lane (row lR + k at [k][l], as
+// stage_parallelogram<T, R> filled it) to `out` (row 0, column 0 of the band;
 // rows `cols` apart): row r's elements at columns 32q - r + l in [0, n), one
 // warp-wide store per row. `offset_of(r)` is the row's parallelogram_offset
 // in the slot (of the scores that were staged there).
-template <typename T, typename Offset>
+template <typename T, int R, typename Offset>
 __device__ __forceinline__ void flush_parallelogram(const T* slot, T* out, int64_t cols, int q,
                                                     int rows, int n, Offset offset_of, int lane) {
   constexpr int kPitch = kStagePitch<T>;
@@ -138,7 +143,8 @@ __device__ __forceinline__ void flush_parallelogram(const T* slot, T* out, int64
   T* dst = out + col;
 #pragma unroll 4
   for (int r = 0; r < rows; ++r, --col, dst += cols - 1)
-    if (static_cast<unsigned>(col) < static_cast<unsigned>(n)) *dst = slot[r * kPitch + offset_of(r) + lane];
+    if (static_cast<unsigned>(col) < static_cast<unsigned>(n))
+      *dst = slot[((r % R) * kWarp + r / R) * kPitch + offset_of(r) + lane];
 }
 
 }  // namespace cuda

@@ -337,6 +337,23 @@ int main(int argc, char** argv) {
             if (!quick || s.M == 70)
               cases.push_back({d, s.B, s.M, s.N, affine, T, r, true, true, 1.0});
           }
+  // The backward's reverse pass at two rows a lane (reverse_staged, bands of
+  // 64 rows over the forward's state bands of 32): a band whose second state
+  // band has one row or an odd count (33, 50 rows), exactly one band (64),
+  // bands with unchecked chunks (8-byte ring copies) where pair 1's state
+  // starts at an odd offset (129 x 201: 4-byte copies there), and fewer
+  // columns than the ring's 8 anti-diagonals. SOFTSW_REVERSE_ROWS=1 runs them
+  // at one row.
+  const Shape two_row_shapes[] = {{1, 33, 29}, {2, 50, 40}, {2, 64, 50}, {2, 129, 201}, {3, 70, 5}};
+  for (const Shape& s : two_row_shapes)
+    for (Dtype d : {Dtype::Float32, Dtype::Float16, Dtype::BFloat16})
+      for (double T : {1.0, 0.0})
+        for (Reduction r : {Reduction::Soft, Reduction::Max}) {
+          if (quick && d != Dtype::Float32 && (T == 0.0 || r == Reduction::Max)) continue;
+          for (bool lengths : {false, true})
+            if (!quick || lengths == (s.M % 2 == 0))
+              cases.push_back({d, s.B, s.M, s.N, false, T, r, lengths, false, 1.0});
+        }
   // The range rule's other side: a small temperature on large scores (log domain).
   cases.push_back({Dtype::Float32, 2, 70, 45, false, 0.05, Reduction::Soft, false, false, 30.0});
   cases.push_back({Dtype::Float32, 2, 70, 45, true, 0.05, Reduction::Soft, true, false, 30.0});

@@ -42,6 +42,9 @@ struct uint3 {
 struct uint2 {
   unsigned x, y;
 };
+struct float2 {
+  float x, y;
+};
 struct float4 {
   float x, y, z, w;
 };
