@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
   // band has one row or an odd count (33, 50 rows), exactly one band (64),
   // bands with unchecked chunks (8-byte ring copies) where pair 1's state
   // starts at an odd offset (129 x 201: 4-byte copies there), and fewer
-  // columns than the ring's 8 anti-diagonals. SOFTSW_REVERSE_ROWS=1 runs them
-  // at one row.
+  // columns than the ring's 8 anti-diagonals, run at two rows where
+  // SOFTSW_REVERSE_ROWS=2 (and the forward's with SOFTSW_STATE_ROWS=2).
   const Shape two_row_shapes[] = {{1, 33, 29}, {2, 50, 40}, {2, 64, 50}, {2, 129, 201}, {3, 70, 5}};
   for (const Shape& s : two_row_shapes)
     for (Dtype d : {Dtype::Float32, Dtype::Float16, Dtype::BFloat16})
