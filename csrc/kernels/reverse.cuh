@@ -145,8 +145,9 @@ __device__ void merge_band_shares(const Workspace& ws, int64_t unit_id, int64_t 
 // lane's registers, the lane's last row from lane l + 1 (one shuffle), lane
 // 31's last row from the band below's edge, so the R cells of a step are
 // independent and share the step's skeleton work (ring copies and waits,
-// shuffles, edge polls, checks). R = 2 runs the backward (AdjointRow) in
-// float accumulate with linear constant gaps (reverse_staged_rows); the
+// shuffles, edge polls, checks). R = 2 can run the backward (AdjointRow) in
+// float accumulate with linear constant gaps (reverse_staged_rows: measured
+// slower, so on request only); the
 // forward's state stays in its bands of 32 rows, two of which make a band
 // of 64 (lanes 0-15 read the first, 16-31 the second).
 //
@@ -742,9 +743,12 @@ inline bool staged_backward() {
 // one block an SM; a gap tensor's staging buffer would double the shared
 // memory). Two rows give each step two independent cells and share the
 // step's skeleton (ring copies and waits, shuffles, edge polls, checks)
-// between them; the band pipeline has half the bands. Not yet timed on a
-// GPU, so opt-in: SOFTSW_REVERSE_ROWS=2 runs two (for benchmarks of the
-// choice, and the emulation's check of both); one else.
+// between them; the band pipeline has half the bands. But the 64-row slots
+// leave 3 blocks an SM (12 warps) where one row runs 6, and measured on the
+// H100 (fp32, soft, 2026-12-07) the backward took 0.265 / 0.862 / 3.337 ms
+// at two rows against 0.243 / 0.847 / 2.992 at one (1024x128^2, 256x512^2,
+// 8x4096^2). So one row runs; SOFTSW_REVERSE_ROWS=2 runs two where they
+// apply (for benchmarks of the choice, and the emulation's check of them).
 inline int reverse_staged_rows(const Problem& p) {
   static const int rows = [] {
     const char* e = std::getenv("SOFTSW_REVERSE_ROWS");

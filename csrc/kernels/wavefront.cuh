@@ -284,9 +284,12 @@ inline int probability_inference_rows(const Problem& p) {
 }
 
 // Rows per lane of the probability-domain forward with state (linear gaps, a
-// constant gap): two in float, as inference runs, where SOFTSW_STATE_ROWS=2
-// asks for them (not yet timed on a GPU, so opt-in; the emulation checks
-// both); one else, and in double. The state keeps the band layout of 32-row
+// constant gap): one. Two in float where SOFTSW_STATE_ROWS=2 asks for them
+// (for benchmarks of the choice, and the emulation's check of them): unlike
+// inference, the forward with state ran slower at two rows on the H100 (fp32,
+// soft, 2026-12-07: 0.185 / 0.503 / 1.840 ms against 0.156 / 0.441 / 1.620 at
+// 1024x128^2, 256x512^2, 8x4096^2; 3 blocks an SM against 5, and a log2 and a
+// store a cell besides the exp2). The state keeps the band layout of 32-row
 // bands whatever the forward runs (rows_per_thread counts the passes over it
 // in those): a warp of two rows a lane computes two of those bands, lanes
 // 0-15 the first, 16-31 the second, and stores each in its layout
