@@ -93,7 +93,7 @@ for stage in "$@"; do
       (cd /tmp && timeout ${BENCH_TIMEOUT:-240} python3 -m softsw.bench ${BENCH_ARGS:---quick} \
         --benchmarks-dir $REPO/benchmarks --json $OUT/bench.json) > $OUT/bench.txt 2>&1
       say "softbench: exit $?"; tail -60 $OUT/bench.txt | tee -a "$SUMMARY" ;;
-    envab)  # one wheel timed with the setting $ENVAB (e.g. SOFTSW_STATE_ROWS=1) and without, in
+    envab)  # one wheel timed with the setting $ENVAB (e.g. SOFTSW_STATE_ROWS=2) and without, in
             # turns ($ENVAB_ROUNDS rounds); then a training step pass by pass with each
       AB="--methods softsw --no-latency --budget ${ENVAB_BUDGET:-0.25} --mode both --shapes ${ENVAB_SHAPES:-1024x128x128,128x900x900,256x512x512,64x1024x1024,8x4096x4096}"
       for ((round = 0; round < ${ENVAB_ROUNDS:-2}; round++)); do
