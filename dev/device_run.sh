@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Developer runs on the GPU machine: bash dev/device_run.sh STAGE...
-#   envab hvpacc hvpprof ncustep switches inplace ptests rows reverse_rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
+#   envab hvpacc hvpprof ncustep switches inplace ptests rows probe pncu ptrain search searchprof hvpbench sympy  stalls  build  info  check  double  double_affine  hvp  affine  host  ncu  bench  bench_r1  bench_r4  check_r1  softbench  affinebench  tests
 # Logs go to $OUT (at most 8 files come back); a summary is printed last.
 set -o pipefail
 REPO=$PWD
@@ -112,13 +112,6 @@ for stage in "$@"; do
           --mode inference --no-latency --budget 0.3 \
           --shapes ${ROWS_SHAPES:-1024x128x128,128x900x900,256x512x512,64x1024x1024,8x4096x4096,1x16384x16384} \
           ${ROWS_ARGS:-}) 2>&1 | tail -9 | sed "s/^/rows=$rows /" | tee -a "$SUMMARY"
-      done ;;
-    reverse_rows)  # the training step (its backward's reverse pass) at one and two rows per lane
-      for rows in 1 2; do
-        (cd /tmp && SOFTSW_REVERSE_ROWS=$rows timeout 200 python3 -m softsw.bench --methods softsw \
-          --mode training --no-latency --budget 0.3 \
-          --shapes ${ROWS_SHAPES:-1024x128x128,256x512x512,64x1024x1024,8x4096x4096} \
-          ${ROWS_ARGS:-}) 2>&1 | tail -9 | sed "s/^/reverse_rows=$rows /" | tee -a "$SUMMARY"
       done ;;
     affinebench)  # affine next to linear, softsw only, same shapes and run
       for kind in "" "--affine"; do

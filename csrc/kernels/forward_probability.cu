@@ -843,7 +843,7 @@ bool probability_forward_cuda(const Problem& p, const ForwardOutputs& out,
       if constexpr (sizeof(A) == 4) {
         const auto two = std::integral_constant<int, 2>{};
         if (args.hidden && probability_state_rows(p) == 2) {
-          args.nbands = p.rows == 0 ? 1 : (p.rows + 2 * kWarp - 1) / (2 * kWarp);
+          args.nbands = bands_of(p.rows, 2 * kWarp);
           return launch(two, soft, std::true_type{});
         }
         if (!args.hidden && rows_per_thread(p) == 2) return launch(two, soft, std::false_type{});

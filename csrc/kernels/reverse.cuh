@@ -718,7 +718,7 @@ inline void launch_reverse_staged(const ReverseArgs<T, A>& args, cudaStream_t st
   constexpr bool kMayStageGap = GAP_TENSOR && Row::kStagesGap;
   ReverseArgs<T, A> k = args;
   k.stage_gap = kMayStageGap && k.open.data && k.open.s2 == 1 && stages_gap_tensors();
-  k.nbands = k.rows == 0 ? 1 : (k.rows + kWarp * R - 1) / (kWarp * R);
+  k.nbands = bands_of(k.rows, kWarp * R);
   constexpr size_t smem = staged_reverse_smem_bytes<T, A, Row, R>(kMayStageGap);
   if constexpr (!Row::kHard) {
     if (k.soft_reduction)

@@ -341,10 +341,12 @@ inline bool vector_access_ok(const Problem& p, const void* scores) {
   return p.cols % 4 == 0 && reinterpret_cast<uintptr_t>(scores) % align == 0;
 }
 
-inline int64_t band_count(const Problem& p) {
-  const int64_t band_rows = int64_t(kWarp) * rows_per_thread(p);
-  return p.rows == 0 ? 1 : (p.rows + band_rows - 1) / band_rows;
+// Bands of `band_rows` rows a pair of `rows` rows has (one for an empty pair).
+inline int64_t bands_of(int64_t rows, int64_t band_rows) {
+  return rows == 0 ? 1 : (rows + band_rows - 1) / band_rows;
 }
+
+inline int64_t band_count(const Problem& p) { return bands_of(p.rows, int64_t(kWarp) * rows_per_thread(p)); }
 
 // The pair's true lengths; `valid` is false for out-of-range lengths (only
 // possible when the Python-side check was skipped, e.g. under graph capture).
